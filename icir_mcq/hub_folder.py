@@ -8,6 +8,7 @@ features. Both ICIR-MCQ and the Visual Haystacks adapter publish through this mo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -15,12 +16,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 import yaml
 from importlib import resources
 
 from icir_mcq.errors import UserInputError
 
 SPLIT = "test"
+# Small row groups keep image-heavy shards streamable (the Hub viewer reads one group at a time).
+ROWS_PER_GROUP = 100
 
 
 @contextlib.contextmanager
@@ -38,6 +43,10 @@ def atomic_output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterat
         raise UserInputError(f"{out} already exists; pass --overwrite or choose another --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    # mkdtemp makes the folder private (0700); a published folder gets the usual umask mode.
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)
     try:
         yield tmp
     except BaseException:
@@ -58,18 +67,31 @@ def config_data_path(config: str, split: str = SPLIT) -> str:
 
 
 def write_config(
-    folder: Path, config: str, records: Iterable[dict], features: datasets.Features, split: str = SPLIT
+    folder: Path,
+    config: str,
+    records: Iterable[dict],
+    features: datasets.Features,
+    split: str = SPLIT,
+    rows_per_group: int = ROWS_PER_GROUP,
 ) -> int:
-    """Write ``records`` as the single parquet shard of ``config``; return the row count.
+    """Stream ``records`` into the single parquet shard of ``config``; return the row count.
 
-    Rows are written in the order given, so identical inputs give byte-identical files.
-    ``features`` fixes the Arrow schema (an ``Image`` feature takes ``{"bytes", "path"}``).
+    Rows are encoded with ``features`` (an ``Image`` feature takes ``{"bytes", "path"}``) and
+    written ``rows_per_group`` at a time as parquet row groups, so memory stays bounded by one
+    group even when images are embedded (a real ICIR-MCQ build embeds several GB). The schema
+    carries datasets' ``huggingface`` metadata, as ``Dataset.to_parquet`` writes it. Rows keep the
+    order given, so identical inputs give byte-identical files.
     """
-    dataset = datasets.Dataset.from_list(list(records), features=features)
     path = folder / config_data_path(config, split)
     path.parent.mkdir(parents=True, exist_ok=True)
-    dataset.to_parquet(str(path))
-    return len(dataset)
+    schema = features.arrow_schema
+    n_rows = 0
+    with pq.ParquetWriter(path, schema) as writer:
+        records = iter(records)
+        while rows := [features.encode_example(record) for record in itertools.islice(records, rows_per_group)]:
+            writer.write_table(pa.Table.from_pylist(rows, schema=schema))
+            n_rows += len(rows)
+    return n_rows
 
 
 def render_card(
@@ -77,14 +99,17 @@ def render_card(
     configs: dict[str, datasets.Features],
     context: dict[str, str],
     split: str = SPLIT,
+    metadata: dict | None = None,
 ) -> str:
     """Render ``dataset_cards/<template_name>`` into a README.md with YAML front matter.
 
     ``configs`` maps config name to its features; the front matter lists each config's
-    data_files and features in the form the Hub and ``load_dataset`` read. ``context``
+    data_files and features in the form the Hub and ``load_dataset`` read, after the optional
+    Hub card ``metadata`` (``license``, ``pretty_name``, ``task_categories``...). ``context``
     fills ``{placeholders}`` of the template body (``str.format`` syntax).
     """
     front = {
+        **(metadata or {}),
         "configs": [
             {"config_name": name, "data_files": [{"split": split, "path": config_data_path(name, split)}]}
             for name in configs

@@ -1,0 +1,47 @@
+"""``icir demo --out DIR``: the main job on the embedded default data, start to end.
+
+Writes the toy corpus (rendered shapes in the COCO 2017 + MM-NIAH layout, plus Visual Haystacks
+question files over its images), builds both ICIR-MCQ configs and the VHs folder from it, and
+prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from icir_mcq.build import build_icir_mcq
+from icir_mcq.cli import print_build_summary
+from icir_mcq.toy import write_toy_corpus
+from vhs_adapter.build import build_vhs
+from vhs_adapter.toy_questions import write_toy_vhs_questions
+
+DEMO_VHS_SIZES = (2, 5, 10)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Write ``OUT/toy``, ``OUT/icir_mcq`` and ``OUT/vhs`` (each replaced if present); print what was built."""
+    corpus = write_toy_corpus(args.out / "toy", args.images, seed=args.seed, overwrite=True)
+    print(f"toy corpus: {corpus.n_images} images, {corpus.n_captions} captions, {corpus.n_contexts} "
+          f"MM-NIAH contexts in {corpus.root}")
+    summary = build_icir_mcq(corpus.coco_root, [corpus.mmniah_file], args.out / "icir_mcq", seed=args.seed,
+                             samples=args.samples, overwrite=True)
+    print_build_summary(summary)
+    print(f'load it with: datasets.load_dataset("{summary.out}", "n5")')
+    questions = write_toy_vhs_questions(corpus.coco_root, corpus.root, seed=args.seed, sizes=DEMO_VHS_SIZES,
+                                        per_size=args.vhs_questions)
+    vhs = build_vhs(questions.root, corpus.coco_root, args.out / "vhs", overwrite=True)
+    print(vhs)
+    print(f'load it with: datasets.load_dataset("{args.out / "vhs"}", "single_needle_n10")')
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``demo`` to the ``icir`` command."""
+    demo = subparsers.add_parser("demo", help="build the toy corpus, ICIR-MCQ and VHs folders, print a summary")
+    demo.add_argument("--out", type=Path, default=Path("demo_out"), help="output folder (default demo_out)")
+    demo.add_argument("--images", type=int, default=1000, help="toy corpus images (default 1000)")
+    demo.add_argument("--samples", type=int, default=240, help="samples per ICIR-MCQ config (default 240)")
+    demo.add_argument("--vhs-questions", type=int, default=40, help="VHs questions per haystack size (default 40)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.set_defaults(func=run_demo)

@@ -1,0 +1,115 @@
+"""Tiny Llava with a Pixtral vision tower (`LlavaForConditionalGeneration` + `PixtralProcessor`).
+
+Mirrors mistral-community/pixtral-12b in everything but size: Pixtral vision encoder (2-D RoPE,
+native aspect ratio, 16-px patches, no spatial merge), GELU MLP projector, Mistral language
+model, Mistral ``<s>[INST]...[/INST]`` template writing ``[IMG]`` per image, which the processor
+expands row by row: ``[IMG]`` x columns then ``[IMG_BREAK]``, the last row ending in
+``[IMG_END]`` instead. A 64x64 image gives 4 rows x 4 ``[IMG]`` = 16 visual tokens (+3 breaks
++1 end).
+"""
+
+from __future__ import annotations
+
+from transformers import LlavaConfig, LlavaForConditionalGeneration, PixtralImageProcessor, PixtralProcessor
+
+from .parts import TextSizes, instantiate
+from .tokenizer import train_bpe_tokenizer
+
+IMAGE_TOKEN = "[IMG]"
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>", "[INST]", "[/INST]", IMAGE_TOKEN, "[IMG_BREAK]", "[IMG_END]")
+PATCH_SIZE = 16
+MAX_IMAGE_SIZE = 64
+
+# The real template's structure (system prompt folded into the last user turn, assistant turns
+# closed by eos), without its role-alternation checks.
+CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' %}"
+    "{%- set system_message = messages[0]['content'] %}{%- set loop_messages = messages[1:] %}"
+    "{%- else %}{%- set loop_messages = messages %}{%- endif %}"
+    "{{- bos_token }}"
+    "{%- for message in loop_messages %}"
+    "{%- if message['role'] == 'user' %}"
+    "{%- if loop.last and system_message is defined %}{{- '[INST]' + system_message + '\\n\\n' }}"
+    "{%- else %}{{- '[INST]' }}{%- endif %}"
+    "{%- if message['content'] is string %}{{- message['content'] }}"
+    "{%- else %}{%- for item in message['content'] %}"
+    "{%- if item['type'] == 'text' %}{{- item['text'] }}"
+    "{%- elif item['type'] == 'image' %}{{- '[IMG]' }}{%- endif %}"
+    "{%- endfor %}{%- endif %}"
+    "{{- '[/INST]' }}"
+    "{%- elif message['role'] == 'assistant' %}"
+    "{%- if message['content'] is string %}{{- message['content'] + eos_token }}"
+    "{%- else %}{{- message['content'][0]['text'] + eos_token }}{%- endif %}"
+    "{%- endif %}"
+    "{%- endfor %}"
+)
+
+DESCRIPTION = {
+    "model_class": "LlavaForConditionalGeneration",
+    "processor_class": "PixtralProcessor",
+    "image_token": IMAGE_TOKEN,
+    "decoder_layers": "model.language_model.layers",
+    "o_proj": "self_attn.o_proj",
+    "image_features": (
+        "model.get_image_features(pixel_values, image_sizes=image_sizes) -> BaseModelOutputWithPooling; "
+        ".pooler_output is a tuple with one [n_img_tokens_i, hidden_size] tensor per image (projector "
+        "output for the [IMG] positions only, row-major; [IMG_BREAK]/[IMG_END] are ordinary text tokens)"
+    ),
+    "extra_tokens_per_image": (
+        "[IMG_BREAK] after every row of [IMG] but the last, [IMG_END] after the last row; no start marker"
+    ),
+    "image_span": (
+        "rows: the [IMG] runs are split by [IMG_BREAK]; one image = the maximal stretch of [IMG] and "
+        "[IMG_BREAK] tokens ending at its [IMG_END] (count [IMG_END] tokens to count images)"
+    ),
+}
+
+
+def build_processor() -> PixtralProcessor:
+    """Pixtral processor with a freshly trained tokenizer; images fit in 64x64 px (16-px patches)."""
+    tokenizer = train_bpe_tokenizer(
+        SPECIAL_TOKENS,
+        chat_template=CHAT_TEMPLATE,
+        bos_token="<s>",
+        add_bos=True,
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+    )
+    image_processor = PixtralImageProcessor(
+        size={"longest_edge": MAX_IMAGE_SIZE}, patch_size={"height": PATCH_SIZE, "width": PATCH_SIZE}
+    )
+    return PixtralProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        patch_size=PATCH_SIZE,
+        spatial_merge_size=1,
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def build_model(processor: PixtralProcessor, sizes: TextSizes, seed: int, attn_implementation: str):
+    """Random `LlavaForConditionalGeneration` (Pixtral vision + Mistral text) with `sizes`."""
+    tokenizer = processor.tokenizer
+    config = LlavaConfig(
+        text_config={
+            "model_type": "mistral",
+            **sizes.text_config(
+                tokenizer, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000_000.0}, sliding_window=None
+            ),
+        },
+        vision_config={
+            "model_type": "pixtral",
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "image_size": MAX_IMAGE_SIZE,
+            "patch_size": PATCH_SIZE,
+        },
+        image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="full",
+        projector_hidden_act="gelu",
+    )
+    return instantiate(LlavaForConditionalGeneration, config, seed, attn_implementation)

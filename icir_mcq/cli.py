@@ -1,0 +1,104 @@
+"""``icir toy-corpus``, ``icir build-mcq`` and ``icir validate-mcq``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from icir_mcq.build import build_icir_mcq
+from icir_mcq.validate import validate_icir_mcq
+
+MAX_PRINTED_VIOLATIONS = 50
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _toy_corpus(args: argparse.Namespace) -> int:
+    from icir_mcq.toy import write_toy_corpus
+
+    corpus = write_toy_corpus(args.out, args.images, seed=args.seed, image_files=not args.no_image_files,
+                              overwrite=args.overwrite)
+    print(f"toy corpus in {corpus.root}: {corpus.n_train} train2017 + {corpus.n_val} val2017 images "
+          f"({'with' if corpus.image_files else 'without'} image files), {corpus.n_instances} instances, "
+          f"{corpus.n_captions} captions, {corpus.n_contexts} MM-NIAH contexts")
+    print(f"  --coco {corpus.coco_root} --mmniah {corpus.mmniah_file}")
+    if args.vhs_sizes:
+        from vhs_adapter.toy_questions import write_toy_vhs_questions
+
+        vhs = write_toy_vhs_questions(corpus.coco_root, corpus.root, seed=args.seed, sizes=tuple(args.vhs_sizes),
+                                      per_size=args.vhs_per_size)
+        print(vhs)
+        print(f"  --vhs {vhs.root} --coco {corpus.coco_root}")
+    return 0
+
+
+def print_build_summary(summary) -> None:
+    """Rows per config, the categories left out and why, and seconds per stage."""
+    for config, rows in summary.rows.items():
+        report = summary.reports[config]
+        used = [r for r in report if r.skipped_because is None]
+        print(f"{config}: {rows} samples ({summary.eval_rows[config]} eval), {len(used)} categories")
+        for r in report:
+            if r.skipped_because is not None:
+                print(f"  skipped {r.name!r} ({r.annotated_images} annotated images, {r.captioned_images} "
+                      f"captioned, {r.matching_captions} naming captions): {r.skipped_because}")
+    print("seconds: " + ", ".join(f"{stage} {sec:.1f}" for stage, sec in summary.seconds.items()))
+    print(f"wrote {summary.out} (0 validator violations)")
+
+
+def _build(args: argparse.Namespace) -> int:
+    summary = build_icir_mcq(
+        args.coco, args.mmniah, args.out, seed=args.seed, configs=args.configs, samples=args.samples,
+        embed_images=not args.no_embed_images, max_passage_chars=args.max_passage_chars,
+        categories=args.categories, overwrite=args.overwrite,
+    )
+    print_build_summary(summary)
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    violations = validate_icir_mcq(args.folder, args.coco, args.mmniah)
+    for violation in violations[:MAX_PRINTED_VIOLATIONS]:
+        print(violation)
+    if len(violations) > MAX_PRINTED_VIOLATIONS:
+        print(f"... and {len(violations) - MAX_PRINTED_VIOLATIONS} more")
+    print(f"{len(violations)} violation(s) in {args.folder}")
+    return 1 if violations else 0
+
+
+def register(subparsers) -> None:
+    """Add ``toy-corpus``, ``build-mcq`` and ``validate-mcq`` to the ``icir`` command."""
+    toy = subparsers.add_parser("toy-corpus", help="write a toy COCO 2017 + MM-NIAH corpus of rendered shapes")
+    toy.add_argument("out", type=Path, help="output folder (gets coco/ and mm_niah/)")
+    toy.add_argument("--images", type=int, default=2000, help="number of images (default 2000)")
+    toy.add_argument("--seed", type=int, default=0)
+    toy.add_argument("--no-image-files", action="store_true", help="write annotations only, no JPEGs")
+    toy.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    toy.add_argument("--vhs-sizes", type=lambda text: [int(n) for n in _comma_list(text)], default=[1, 2, 3, 5, 10],
+                     help="haystack sizes N of the Visual Haystacks question files written into OUT/VHs_qa "
+                          "(comma list, default 1,2,3,5,10; empty for none)")
+    toy.add_argument("--vhs-per-size", type=int, default=20, help="VHs questions per file (even; default 20)")
+    toy.set_defaults(func=_toy_corpus)
+
+    build = subparsers.add_parser("build-mcq", help="build the ICIR-MCQ folder from COCO 2017 and MM-NIAH")
+    build.add_argument("--coco", type=Path, required=True, help="COCO 2017 root (annotations/, train2017/, val2017/)")
+    build.add_argument("--mmniah", type=Path, nargs="+", required=True, help="MM-NIAH retrieval-image.jsonl file(s)")
+    build.add_argument("--out", type=Path, required=True, help="output folder (must not exist unless --overwrite)")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--configs", type=_comma_list, default=["n5", "n6"], help="comma list of n<N> (default n5,n6)")
+    build.add_argument("--samples", type=int, default=3000,
+                       help="samples per config, a multiple of lcm(N, 4) (default 3000)")
+    build.add_argument("--no-embed-images", action="store_true", help="store image file names only")
+    build.add_argument("--max-passage-chars", type=int, default=None, help="cut passages to at most this length")
+    build.add_argument("--categories", type=_comma_list, default=None,
+                       help="comma list of category names to query (default: every servable category)")
+    build.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    build.set_defaults(func=_build)
+
+    validate = subparsers.add_parser("validate-mcq", help="re-check an ICIR-MCQ folder against every rule")
+    validate.add_argument("folder", type=Path)
+    validate.add_argument("--coco", type=Path, default=None, help="COCO root (default: the one in build_info.json)")
+    validate.add_argument("--mmniah", type=Path, nargs="+", default=None, help="MM-NIAH file(s) (default: build_info.json)")
+    validate.set_defaults(func=_validate)

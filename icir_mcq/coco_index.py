@@ -1,0 +1,142 @@
+"""Read COCO 2017 instances + captions (train2017 and val2017) into one index, via pycocotools.
+
+ICIR-MCQ samples from the union of the two splits (App. B). Image ids are unique across the
+splits in COCO 2017; an id found in both is reported as bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from pycocotools.coco import COCO
+
+from icir_mcq.errors import UserInputError
+
+COCO_SPLITS = ("train2017", "val2017")
+
+
+@dataclass(frozen=True)
+class CocoIndex:
+    """What ICIR-MCQ needs from COCO, keyed by image id.
+
+    ``categories``: category id -> name. ``image_files``: image id -> path relative to the
+    COCO root (``"val2017/000000000139.jpg"``) for every listed image. ``image_categories``:
+    image id -> category ids annotated in it (crowd annotations included), only for images with
+    at least one instance annotation. ``category_images``: category id -> sorted image ids.
+    ``captions``: image id -> its captions, whitespace-normalised, in file order.
+    """
+
+    root: Path
+    categories: dict[int, str]
+    image_files: dict[int, str]
+    image_categories: dict[int, frozenset[int]]
+    category_images: dict[int, list[int]]
+    captions: dict[int, list[str]]
+
+    def category_id(self, name: str) -> int | None:
+        """Id of the category called ``name`` (case-insensitive), None when COCO has none."""
+        wanted = name.strip().lower()
+        return next((cid for cid, cname in self.categories.items() if cname.lower() == wanted), None)
+
+
+def clean_caption(caption: str) -> str:
+    """A COCO caption with runs of whitespace (trailing spaces, newlines) collapsed to one space."""
+    return " ".join(caption.split())
+
+
+def annotation_path(coco_root: Path, kind: str, split: str) -> Path:
+    """``coco_root/annotations/{kind}_{split}.json`` with ``kind`` in {instances, captions}."""
+    return coco_root / "annotations" / f"{kind}_{split}.json"
+
+
+def _load(path: Path, required: tuple[str, ...]) -> COCO:
+    if not path.is_file():
+        raise UserInputError(
+            f"missing COCO annotation file {path}; --coco must be a COCO 2017 root holding "
+            "annotations/{instances,captions}_{train,val}2017.json"
+        )
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
+            coco = COCO(str(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserInputError(f"malformed COCO annotation file {path}: not valid JSON ({err})") from err
+    except (KeyError, TypeError, AttributeError) as err:
+        raise UserInputError(f"malformed COCO annotation file {path}: bad record ({err!r}); re-download it") from err
+    missing = [key for key in required if not isinstance(coco.dataset.get(key), list)]
+    if missing:
+        raise UserInputError(f"malformed COCO annotation file {path}: no list under key(s) {', '.join(missing)}")
+    return coco
+
+
+def _malformed(path: Path, what: str, record, err: Exception) -> UserInputError:
+    return UserInputError(f"malformed COCO annotation file {path}: {what} {record!r:.200} lacks a field "
+                          f"or has a wrong type ({err!r}); re-download it")
+
+
+def _check_known(path: Path, what: str, referenced: set[int], listed: set[int]) -> None:
+    unknown = sorted(referenced - listed, key=str)
+    if unknown:
+        raise UserInputError(f"{path}: annotations refer to {len(unknown)} unknown {what} id(s), e.g. {unknown[:5]}; "
+                             f"every {what} must be listed in the instances file of its split")
+
+
+def load_coco(coco_root: str | Path) -> CocoIndex:
+    """Load the four COCO 2017 annotation files under ``coco_root`` into a :class:`CocoIndex`.
+
+    Raises:
+        UserInputError: a file is missing, is not JSON, lacks ``images``/``annotations``
+            (/``categories``), has a record without its id fields, refers to an unknown image
+            or category, or an image id occurs in both splits.
+    """
+    root = Path(coco_root)
+    categories: dict[int, str] = {}
+    image_files: dict[int, str] = {}
+    image_categories: dict[int, set[int]] = {}
+    captions: dict[int, list[str]] = {}
+    for split in COCO_SPLITS:
+        path = annotation_path(root, "instances", split)
+        instances = _load(path, ("images", "annotations", "categories"))
+        record = None
+        try:
+            for record in instances.dataset["categories"]:
+                categories[int(record["id"])] = str(record["name"])
+            for record in instances.dataset["images"]:
+                if record["id"] in image_files:
+                    raise UserInputError(f"{path}: image id {record['id']} also appears in another split; "
+                                         "image ids must be unique")
+                image_files[record["id"]] = f"{split}/{record['file_name']}"
+        except (KeyError, TypeError, ValueError) as err:
+            raise _malformed(path, "record", record, err) from err
+        _check_known(path, "image", set(instances.imgToAnns), set(instances.imgs))
+        _check_known(path, "category", set(instances.catToImgs), set(instances.cats))
+        for category_id, image_ids in instances.catToImgs.items():
+            for image_id in image_ids:
+                image_categories.setdefault(image_id, set()).add(category_id)
+
+        path = annotation_path(root, "captions", split)
+        captions_coco = _load(path, ("images", "annotations"))
+        _check_known(path, "image", set(captions_coco.imgToAnns), set(instances.imgs))
+        try:
+            for image_id, annotations in captions_coco.imgToAnns.items():
+                texts = captions[image_id] = []
+                for record in annotations:
+                    texts.append(clean_caption(record["caption"]))
+        except (KeyError, TypeError, AttributeError) as err:
+            raise _malformed(path, "caption", record, err) from err
+
+    category_images: dict[int, list[int]] = {cid: [] for cid in sorted(categories)}
+    for image_id in sorted(image_categories):
+        for category_id in image_categories[image_id]:
+            category_images[category_id].append(image_id)
+    return CocoIndex(
+        root=root,
+        categories=dict(sorted(categories.items())),
+        image_files=image_files,
+        image_categories={image_id: frozenset(cats) for image_id, cats in image_categories.items()},
+        category_images=category_images,
+        captions=captions,
+    )

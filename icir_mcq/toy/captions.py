@@ -1,0 +1,92 @@
+"""Caption the toy scenes the way COCO annotators describe photos: varied, partial, imperfect.
+
+Most captions name the shapes by their category name (plural when an image has several of
+one), often with colour words; some use an everyday synonym instead ("box" for square), some
+mention only part of the scene and a few name no shape at all, so that name-or-plural
+matching, like on real COCO, finds only some captions of each image.
+"""
+
+from __future__ import annotations
+
+import random
+
+from icir_mcq.toy.shapes import BACKGROUNDS, CATEGORIES, SHAPE_COLOURS
+
+MIN_CAPTIONS, MAX_CAPTIONS = 3, 5
+COLOUR_P = 0.5  # a caption uses colour words
+SYNONYM_P = 0.15  # a single shape is called by a synonym (never matches the category)
+PARTIAL_P = 0.25  # a caption of a multi-category image names only some categories
+NO_SHAPE_P = 0.07  # a caption names no shape
+NUMBER_WORDS = {2: "two", 3: "three"}
+
+_TEMPLATES = (
+    "{S} on a {bg} background.",
+    "A picture of {s}.",
+    "There {be} {s} in the picture.",
+    "{S} drawn on a plain {bg} surface.",
+    "An image showing {s} against a {bg} backdrop.",
+    "Simple drawing of {s}.",
+    "A {bg} background with {s}.",
+    "{S} in the middle of a {bg} canvas.",
+)
+_SEVERAL_TEMPLATES = ("{S} placed next to each other.", "{S} side by side on {bg} paper.")
+_NO_SHAPE = (
+    "A few coloured shapes on a {bg} background.",
+    "Some simple figures on a plain {bg} backdrop.",
+    "An abstract {bg} picture with flat colours.",
+)
+
+
+def _article(phrase: str) -> str:
+    return "an" if phrase[0] in "aeiou" or phrase.startswith("hour") else "a"
+
+
+def _group_phrase(rng: random.Random, category: int, colours: list[int], use_colour: bool) -> str:
+    shape = CATEGORIES[category]
+    colour = f"{SHAPE_COLOURS[colours[0]][0]} " if use_colour and len(set(colours)) == 1 else ""
+    if len(colours) == 1:
+        noun = rng.choice(shape.synonyms) if rng.random() < SYNONYM_P else shape.name
+        return f"{_article(colour + noun)} {colour}{noun}"
+    amount = rng.choice([NUMBER_WORDS[len(colours)], "some", "a few" if len(colours) == 3 else "a pair of"])
+    return f"{amount} {colour}{shape.plural}"
+
+
+def _join(phrases: list[str]) -> str:
+    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
+
+
+def _one_caption(rng: random.Random, groups: list[tuple[int, list[int]]], background: str) -> str:
+    if rng.random() < NO_SHAPE_P:
+        return rng.choice(_NO_SHAPE).format(bg=background)
+    named = groups
+    if len(groups) > 1 and rng.random() < PARTIAL_P:
+        named = sorted(rng.sample(groups, rng.randint(1, len(groups) - 1)))
+    use_colour = rng.random() < COLOUR_P
+    phrases = [_group_phrase(rng, category, colours, use_colour) for category, colours in named]
+    subject = _join(phrases)
+    n_named_shapes = sum(len(colours) for _, colours in named)
+    template = rng.choice(_TEMPLATES + (_SEVERAL_TEMPLATES if n_named_shapes > 1 else ()))
+    be = "is" if phrases[0].startswith(("a ", "an ")) else "are"
+    return template.format(S=subject[0].upper() + subject[1:], s=subject, bg=background, be=be)
+
+
+def caption_image(rng: random.Random, categories: list[int], colours: list[int], background: int) -> list[str]:
+    """3-5 distinct captions of one image.
+
+    ``categories``/``colours`` are the image's instances (indices into ``CATEGORIES`` /
+    ``SHAPE_COLOURS``) in drawing order; ``background`` indexes ``BACKGROUNDS``.
+    """
+    groups: dict[int, list[int]] = {}
+    for category, colour in zip(categories, colours):
+        groups.setdefault(category, []).append(colour)
+    ordered = sorted(groups.items())
+    background_name = BACKGROUNDS[background][0]
+    wanted = rng.randint(MIN_CAPTIONS, MAX_CAPTIONS)
+    captions: list[str] = []
+    for _ in range(8 * MAX_CAPTIONS):
+        caption = _one_caption(rng, ordered, background_name)
+        if caption not in captions:
+            captions.append(caption)
+            if len(captions) == wanted:
+                break
+    return captions
