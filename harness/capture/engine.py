@@ -1,0 +1,295 @@
+"""`capture_heads`: every language-model head of an LVLM at the readout positions, in one prefill.
+
+One forward pass on the model's own attention kernel records, for every layer l and head h at each
+readout position p (paper §3.1, §4.1, §5, App. A, App. G):
+
+- the pointer scores s_i = sum_{j in span_i} A[p, j] per image span (Eq. 1/3);
+- the head output entering o_proj (Eq. 4), via a forward pre-hook on o_proj;
+- each image's mean projected visual token in the language model's input space (§5.1);
+- the next-token logits of the answer tokens at the last prefill position.
+
+Modes of the pointer: ``exact`` (default) reads the attention the model computes, through the
+`attention.routed_attention` wrapper; ``proxy`` is Eq. 3 read literally (direct q_proj/k_proj
+outputs, softmax over all prefill positions); ``proxy_causal`` the same restricted to j <= p.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from collections.abc import Iterator, Sequence
+
+import torch
+from PIL import Image
+from torch import nn
+
+from icir_mcq.errors import UserInputError
+
+from .adapters import (
+    ModelAdapter,
+    attention_modules,
+    decoder_layers,
+    image_token_id,
+    language_model,
+    projection,
+    resolve_adapter,
+)
+from .attention import attention_rows, proxy_rows, routed_attention
+from .inputs import CaptureRequest, SampleLayout, encode_requests
+from .readout import readout_indices, validate_positions
+
+MODES: tuple[str, ...] = ("exact", "proxy", "proxy_causal")
+
+
+@dataclasses.dataclass
+class HeadCapture:
+    """What one prefill of one sample recorded (all tensors float32 on the CPU).
+
+    Attributes:
+        pointer: [P, L, H, N] attention mass of head (l, h) at readout position p on image i's
+            token span (Eq. 1 in mode ``exact``, Eq. 3 in the proxy modes).
+        head_output: [P, L, H, d_h] value-weighted head output entering o_proj (Eq. 4).
+        image_embeds: [N, d_model] mean of each image's projected visual tokens at the input of
+            the first decoder layer (§5.1; Qwen3-VL DeepStack features excluded).
+        answer_logits: [A] next-token logits at the last prefill position for the requested answer
+            token ids, or None when none were requested.
+        image_spans: N half-open ``(start, end)`` token spans, first to last image token of each image.
+        readout_indices: P token indices of the readout positions.
+        positions: P readout position names (App. G).
+        layers, heads, head_dim: L, H and d_h of the language model.
+        mode: ``exact``, ``proxy`` or ``proxy_causal``.
+    """
+
+    pointer: torch.Tensor
+    head_output: torch.Tensor
+    image_embeds: torch.Tensor
+    answer_logits: torch.Tensor | None
+    image_spans: list[tuple[int, int]]
+    readout_indices: list[int]
+    positions: tuple[str, ...]
+    layers: int
+    heads: int
+    head_dim: int
+    mode: str
+
+
+def _per_image_weights(layouts: Sequence[SampleLayout], length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, T, N] 1 on each image's span, [B, T, N] 1/count on each image's image tokens)."""
+    n_max = max((len(layout.image_spans) for layout in layouts), default=0)
+    spans = torch.zeros(len(layouts), length, n_max)
+    tokens = torch.zeros(len(layouts), length, n_max)
+    for row, layout in enumerate(layouts):
+        for index, (start, end) in enumerate(layout.image_spans):
+            spans[row, start:end, index] = 1
+            tokens[row, :, index] = layout.image_of_token == index
+    tokens = tokens / tokens.sum(dim=1, keepdim=True).clamp(min=1)
+    return spans.to(device), tokens.to(device)
+
+
+def _rows_of(states: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``states[b, rows[b]]`` for each b: [B, T, ...] -> [B, P, ...]."""
+    return states[torch.arange(rows.shape[0], device=rows.device)[:, None], rows]
+
+
+class _Recorder:
+    """The hooks of one capture and the tensors they fill ([B, ...] on the model's device)."""
+
+    def __init__(self, model: nn.Module, adapter: ModelAdapter, mode: str, rows, span_weights, token_weights, padding):
+        self.model, self.adapter, self.mode = model, adapter, mode
+        self.modules = attention_modules(model, adapter)
+        self.rows, self.span_weights, self.token_weights, self.padding = rows, span_weights, token_weights, padding
+        self.heads = model.config.get_text_config().num_attention_heads
+        self.head_dim = self.modules[0].head_dim
+        batch, points = rows.shape
+        shape = (batch, points, len(self.modules), self.heads)
+        self.pointer = torch.zeros(*shape, span_weights.shape[-1], device=rows.device)
+        self.head_output = torch.zeros(*shape, self.head_dim, device=rows.device)
+        self.image_embeds: torch.Tensor | None = None
+        self._projections: dict[int, dict[str, torch.Tensor]] = {}
+
+    def _store_pointer(self, layer: int, probs: torch.Tensor) -> None:
+        self.pointer[:, :, layer] = torch.einsum("bhps,bsn->bphn", probs, self.span_weights)
+
+    def _read_image_embeds(self, _module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        self.image_embeds = torch.einsum("btn,btd->bnd", self.token_weights, hidden.float())
+
+    def _read_head_output(self, layer: int, _module, args):
+        picked = _rows_of(args[0], self.rows)
+        self.head_output[:, :, layer] = picked.reshape(*picked.shape[:2], self.heads, self.head_dim).float()
+
+    def _read_attention(self, module, query, key, attention_mask, kwargs):
+        # Same fallbacks as the kernels: kwargs first, then the module's attributes.
+        is_causal = kwargs.get("is_causal")
+        probs = attention_rows(
+            query,
+            key,
+            attention_mask,
+            self.rows,
+            kwargs.get("scaling") or module.scaling,
+            is_causal=getattr(module, "is_causal", True) if is_causal is None else is_causal,
+            sliding_window=kwargs.get("sliding_window", getattr(module, "sliding_window", None)),
+            softcap=kwargs.get("softcap"),
+        )
+        self._store_pointer(module.layer_idx, probs)
+
+    def _read_projection(self, layer: int, which: str, _module, _args, output):
+        parts = self._projections.setdefault(layer, {})
+        batch, length = output.shape[:2]
+        parts[which] = output.reshape(batch, length, -1, self.head_dim)
+        if len(parts) == 2:
+            del self._projections[layer]
+            query_rows = _rows_of(parts["q_proj"], self.rows)
+            probs = proxy_rows(query_rows, parts["k_proj"], self.padding, self.rows, self.mode == "proxy_causal")
+            self._store_pointer(layer, probs)
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[None]:
+        """Install every hook (and, in mode ``exact``, the attention routing); remove all on exit."""
+        handles = [
+            decoder_layers(self.model, self.adapter)[0].register_forward_pre_hook(
+                self._read_image_embeds, with_kwargs=True
+            )
+        ]
+        try:
+            for layer, module in enumerate(self.modules):
+                o_proj = projection(module, self.adapter, "o_proj")
+                handles.append(o_proj.register_forward_pre_hook(functools.partial(self._read_head_output, layer)))
+                if self.mode != "exact":
+                    for which in ("q_proj", "k_proj"):
+                        hook = functools.partial(self._read_projection, layer, which)
+                        handles.append(projection(module, self.adapter, which).register_forward_hook(hook))
+            if self.mode == "exact":
+                callbacks = [(module, self._read_attention) for module in self.modules]
+                with routed_attention(language_model(self.model, self.adapter), callbacks):
+                    yield
+            else:
+                yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+def capture_encoded(
+    model: nn.Module,
+    inputs,
+    layouts: Sequence[SampleLayout],
+    positions: Sequence[str] = ("cattok",),
+    mode: str = "exact",
+    answer_tokens: Sequence[int] | None = None,
+) -> list[HeadCapture]:
+    """The forward pass of `capture_heads_batch`, on inputs already made by `inputs.encode_requests`.
+
+    Args:
+        model: a supported LVLM.
+        inputs: the ``BatchFeature`` of `encode_requests` (right-padded batch).
+        layouts: its `SampleLayout` list.
+        positions, mode, answer_tokens: as in `capture_heads`.
+
+    Returns:
+        One `HeadCapture` per layout.
+
+    Raises:
+        UserInputError: unsupported model, unknown mode or position, or a readout position past the prompt.
+    """
+    adapter = resolve_adapter(model)
+    positions = validate_positions(positions)
+    if mode not in MODES:
+        raise UserInputError(f"unknown capture mode {mode!r}; choose one of {', '.join(MODES)}")
+    device = next(model.parameters()).device
+    inputs = inputs.to(device=device, dtype=model.dtype)
+    rows = torch.tensor([readout_indices(positions, lay.cattok, lay.last) for lay in layouts], device=device)
+    last = torch.tensor([[lay.last] for lay in layouts], device=device)
+    span_weights, token_weights = _per_image_weights(layouts, inputs["input_ids"].shape[1], device)
+    recorder = _Recorder(model, adapter, mode, rows, span_weights, token_weights, inputs["attention_mask"].bool())
+    with torch.no_grad(), recorder.recording():
+        logits = model(**inputs, use_cache=False, logits_to_keep=last).logits[:, 0]
+    answer_ids = None if answer_tokens is None else torch.tensor(list(answer_tokens), device=device)
+    captures = []
+    for row, layout in enumerate(layouts):
+        n_images = len(layout.image_spans)
+        captures.append(
+            HeadCapture(
+                pointer=recorder.pointer[row, ..., :n_images].cpu(),
+                head_output=recorder.head_output[row].cpu(),
+                image_embeds=recorder.image_embeds[row, :n_images].cpu(),
+                answer_logits=None if answer_ids is None else logits[row, answer_ids].float().cpu(),
+                image_spans=layout.image_spans,
+                readout_indices=rows[row].tolist(),
+                positions=positions,
+                layers=len(recorder.modules),
+                heads=recorder.heads,
+                head_dim=recorder.head_dim,
+                mode=mode,
+            )
+        )
+    return captures
+
+
+def capture_heads_batch(
+    model: nn.Module,
+    processor,
+    samples: Sequence[CaptureRequest],
+    positions: Sequence[str] = ("cattok",),
+    mode: str = "exact",
+    answer_tokens: Sequence[int] | None = None,
+) -> list[HeadCapture]:
+    """`capture_heads` for several samples in one right-padded forward pass.
+
+    Gives the same numbers as capturing each sample alone (padding is masked and follows every
+    sample's real tokens, so causal context and positions are unchanged).
+
+    Args:
+        model: a supported LVLM ``...ForConditionalGeneration`` (`adapters.SUPPORTED_ARCHITECTURES`).
+        processor: its processor (fast tokenizer, chat template).
+        samples: `CaptureRequest` objects.
+        positions, mode, answer_tokens: as in `capture_heads`.
+
+    Returns:
+        One `HeadCapture` per sample, in order.
+
+    Raises:
+        UserInputError: see `capture_heads`.
+    """
+    inputs, layouts = encode_requests(processor, samples, image_token_id(model, resolve_adapter(model)))
+    return capture_encoded(model, inputs, layouts, positions, mode, answer_tokens)
+
+
+def capture_heads(
+    model: nn.Module,
+    processor,
+    prompt: str,
+    images: Sequence[Image.Image],
+    query_char_span: tuple[int, int] | None,
+    positions: Sequence[str] = ("cattok",),
+    mode: str = "exact",
+    answer_tokens: Sequence[int] | None = None,
+) -> HeadCapture:
+    """Capture every language-model head of `model` at the readout positions, in one prefill forward.
+
+    The prompt is rendered as one user message interleaving its text with `images` through the
+    processor's chat template (generation prompt added), processed, and run once on the model's
+    own attention kernel; the attention implementation and all hooks are restored afterwards.
+
+    Args:
+        model: a supported LVLM ``...ForConditionalGeneration`` (`adapters.SUPPORTED_ARCHITECTURES`).
+        processor: its processor (fast tokenizer, chat template).
+        prompt: the stored prompt with one ``<image>`` placeholder per image.
+        images: one PIL image per placeholder.
+        query_char_span: half-open character span of `prompt`; the cattok is the token holding its
+            last character. None allowed when `positions` is only ``("last",)``.
+        positions: readout positions from `readout.READOUT_POSITIONS` (App. G).
+        mode: ``exact`` (the model's attention), ``proxy`` (Eq. 3 literally) or ``proxy_causal``.
+        answer_tokens: token ids whose next-token logits to return (see `answers.answer_token_ids`).
+
+    Returns:
+        A `HeadCapture` (pointer [P, L, H, N], head_output [P, L, H, d_h], image_embeds [N, d_model]).
+
+    Raises:
+        UserInputError: unsupported model (lists the supported ones), unknown mode or position,
+            placeholder/image count mismatch, image spans not matching the images, or a query span
+            that maps to no token (names the span and the text around it).
+    """
+    request = CaptureRequest(prompt, images, query_char_span)
+    return capture_heads_batch(model, processor, [request], positions, mode, answer_tokens)[0]
