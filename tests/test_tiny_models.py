@@ -72,15 +72,6 @@ def _runs(ids: list[int], members: set[int]) -> list[tuple[int, int]]:
     return runs
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """Tiny matmuls on a loaded 2-core machine run 10x faster without intra-op thread hand-offs."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def images():
     return random_images(3, seed=7)
