@@ -14,6 +14,7 @@ import sys
 SUBCOMMAND_MODULES = (
     "icir_mcq.cli",
     "vhs_adapter.cli",
+    "harness.eval_cli",
     "harness.demo",
 )
 

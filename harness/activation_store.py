@@ -1,0 +1,223 @@
+"""A resumable, sharded safetensors store of per-document head captures, keyed by (task, doc_id).
+
+The lm-eval model class (`harness.lm_eval_plugin.model`) writes one record per evaluated
+document: the capture arrays of the paper's criteria (pointer scores ``[P, L, H, N]``, head
+outputs ``[P, L, H, d_h]``, image embeddings ``[N, d_model]``, answer scores) and a small JSON
+record (the model's response, the document fingerprint). Aggregations and the artifacts writer
+read them back; a killed run reopens the store and skips every document already written.
+
+Layout of a store folder::
+
+    settings.json                          capture settings every record was made with
+    shards/<task>/r<rank>-<seq>.safetensors  records of one flush by one process
+
+A shard holds tensors named ``<doc_id>/<field>`` and, in its safetensors metadata, ``records``:
+a JSON object ``{doc_id: record}``. Shards are written to a temporary name and renamed, so a
+killed process leaves only whole shards; at most the unflushed buffer (`flush_every` documents)
+is recomputed. Each process (data-parallel rank) writes its own shard names, and every process
+sees every shard, so a resumed run may use another number of processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from icir_mcq.errors import UserInputError
+
+SETTINGS_FILE = "settings.json"
+_SHARD_RE = re.compile(r"^r(\d+)-(\d+)\.safetensors$")
+_TASK_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+@dataclass(frozen=True)
+class StoredDoc:
+    """One document's record: its JSON ``record`` and, when loaded, its capture ``tensors``."""
+
+    task: str
+    doc_id: int
+    record: dict[str, Any]
+    tensors: dict[str, torch.Tensor]
+
+
+def _write_json_atomic(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(obj, handle, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+class ActivationStore:
+    """Per-document captures under ``root``, written in shards and read back by (task, doc_id).
+
+    Args:
+        root: the store folder (created when missing).
+        settings: JSON-serialisable capture settings (model, pointer mode, readout positions, image
+            budget, ...). A store keeps the settings of its first writer; reopening it with other
+            settings raises, so records made under different settings are never mixed.
+        rank: this process's data-parallel rank (names its shards).
+        flush_every: buffered documents per shard; a killed run recomputes at most this many.
+
+    Raises:
+        UserInputError: ``settings`` differ from those the store was created with.
+    """
+
+    def __init__(self, root: str | os.PathLike, settings: Mapping[str, Any], rank: int = 0, flush_every: int = 16):
+        if flush_every < 1:
+            raise UserInputError(f"store flush_every must be >= 1, got {flush_every}")
+        self.root = Path(root)
+        self.rank = int(rank)
+        self.flush_every = int(flush_every)
+        self.settings = json.loads(json.dumps(dict(settings), sort_keys=True))
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "shards").mkdir(exist_ok=True)
+        self._check_settings()
+        self._index: dict[tuple[str, int], tuple[Path, dict[str, Any]]] = {}
+        self._seen_shards: set[Path] = set()
+        self._buffer: dict[str, dict[int, tuple[dict[str, Any], dict[str, torch.Tensor]]]] = defaultdict(dict)
+        self.refresh()
+
+    def _check_settings(self) -> None:
+        path = self.root / SETTINGS_FILE
+        if path.exists():
+            stored = json.loads(path.read_text())
+            if stored != self.settings:
+                differing = sorted(k for k in set(stored) | set(self.settings) if stored.get(k) != self.settings.get(k))
+                raise UserInputError(
+                    f"activation store {self.root} was written with other capture settings "
+                    f"(differing: {', '.join(differing)}); pass another store=DIR or delete that folder"
+                )
+        else:
+            _write_json_atomic(path, self.settings)
+
+    def refresh(self) -> None:
+        """Index shards written since the last call (by this or any other process)."""
+        for task_dir in sorted((self.root / "shards").iterdir()):
+            for shard in sorted(task_dir.glob("r*-*.safetensors")):
+                if shard in self._seen_shards or not _SHARD_RE.match(shard.name):
+                    continue
+                with safe_open(shard, framework="pt") as handle:
+                    records = json.loads(handle.metadata()["records"])
+                for doc_id, record in records.items():
+                    self._index.setdefault((task_dir.name, int(doc_id)), (shard, record))
+                self._seen_shards.add(shard)
+
+    def record(self, task: str, doc_id: int) -> dict[str, Any] | None:
+        """The JSON record of (task, doc_id), flushed or buffered, or None when absent."""
+        buffered = self._buffer.get(task, {}).get(int(doc_id))
+        if buffered is not None:
+            return buffered[0]
+        found = self._index.get((task, int(doc_id)))
+        return None if found is None else found[1]
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        return self.record(*key) is not None
+
+    def doc_ids(self, task: str) -> list[int]:
+        """Sorted doc ids of `task` that have a record (flushed or buffered)."""
+        ids = {doc_id for t, doc_id in self._index if t == task} | set(self._buffer.get(task, {}))
+        return sorted(ids)
+
+    def put(self, task: str, doc_id: int, record: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
+        """Buffer one document; flush a shard once `flush_every` documents are buffered.
+
+        A (task, doc_id) already in the store is left as it is (data-parallel padding repeats
+        the last request of a rank; its capture is identical).
+
+        Args:
+            task: lm-eval task name (letters, digits, ``_.:-``).
+            doc_id: lm-eval document index within the task.
+            record: JSON-serialisable record (the model response, the document fingerprint, ...).
+            tensors: capture arrays by field name; stored contiguous on the CPU, dtype kept.
+
+        Raises:
+            UserInputError: a task name that cannot name a folder.
+        """
+        if not _TASK_RE.match(task):
+            raise UserInputError(f"task name {task!r} cannot name a store folder (letters, digits, _.:- only)")
+        if (task, int(doc_id)) in self:
+            return
+        cpu = {name: tensor.detach().to("cpu").contiguous() for name, tensor in tensors.items()}
+        self._buffer[task][int(doc_id)] = (json.loads(json.dumps(dict(record))), cpu)
+        if sum(len(docs) for docs in self._buffer.values()) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered document: one new shard per task, renamed into place when whole."""
+        for task, docs in sorted(self._buffer.items()):
+            if not docs:
+                continue
+            task_dir = self.root / "shards" / task
+            task_dir.mkdir(parents=True, exist_ok=True)
+            shard = task_dir / f"r{self.rank:03d}-{self._next_seq(task_dir):06d}.safetensors"
+            tensors = {f"{doc_id}/{name}": t for doc_id, (_, ts) in docs.items() for name, t in ts.items()}
+            records = {str(doc_id): record for doc_id, (record, _) in docs.items()}
+            tmp = task_dir / f".{shard.name}.tmp-{os.getpid()}"
+            save_file(tensors, str(tmp), metadata={"records": json.dumps(records, sort_keys=True)})
+            os.replace(tmp, shard)
+            for doc_id, (record, _) in docs.items():
+                self._index.setdefault((task, doc_id), (shard, record))
+            self._seen_shards.add(shard)
+        self._buffer.clear()
+
+    def _next_seq(self, task_dir: Path) -> int:
+        seqs = [
+            int(m.group(2))
+            for p in task_dir.iterdir()
+            if (m := _SHARD_RE.match(p.name)) and int(m.group(1)) == self.rank
+        ]
+        return max(seqs, default=-1) + 1
+
+    def load(self, task: str, doc_ids: Iterable[int], fields: Iterable[str] | None = None) -> list[StoredDoc]:
+        """Records and tensors of `doc_ids` of `task`, in the order given; each shard opened once.
+
+        Args:
+            fields: tensor fields to load (all when None).
+
+        Raises:
+            UserInputError: a document without a record (the message names the first missing ids).
+        """
+        doc_ids = [int(d) for d in doc_ids]
+        missing = [d for d in doc_ids if (task, d) not in self]
+        if missing:
+            self.refresh()
+            missing = [d for d in doc_ids if (task, d) not in self]
+        if missing:
+            raise UserInputError(
+                f"activation store {self.root} has no capture for task {task!r} doc ids {missing[:5]}"
+                f"{' ...' if len(missing) > 5 else ''}; was the run that produced them interrupted?"
+            )
+        wanted = None if fields is None else set(fields)
+        by_shard: dict[Path, list[int]] = defaultdict(list)
+        loaded: dict[int, StoredDoc] = {}
+        for doc_id in doc_ids:
+            buffered = self._buffer.get(task, {}).get(doc_id)
+            if buffered is not None:
+                record, tensors = buffered
+                picked = {k: v for k, v in tensors.items() if wanted is None or k in wanted}
+                loaded[doc_id] = StoredDoc(task, doc_id, record, picked)
+            else:
+                by_shard[self._index[(task, doc_id)][0]].append(doc_id)
+        for shard, ids in by_shard.items():
+            with safe_open(shard, framework="pt") as handle:
+                names = list(handle.keys())
+                for doc_id in ids:
+                    prefix = f"{doc_id}/"
+                    tensors = {
+                        name[len(prefix):]: handle.get_tensor(name)
+                        for name in names
+                        if name.startswith(prefix) and (wanted is None or name[len(prefix):] in wanted)
+                    }
+                    loaded[doc_id] = StoredDoc(task, doc_id, self._index[(task, doc_id)][1], tensors)
+        return [loaded[d] for d in doc_ids]

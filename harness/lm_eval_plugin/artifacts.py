@@ -1,0 +1,105 @@
+"""Artifacts of a run, written next to lm-eval's results: grids, rankings, top-K lists, probes.
+
+One folder per task (and per pooled group), JSON and safetensors only (data, never code)::
+
+    summary.json             table metrics, top pointer/writer heads (LxxHyy, R@1), sources, notes
+    pointer_r1.json          {position: {LxxHyy: R@1}} for every readout position, chance
+    pointer_r1.safetensors   "pointer_r1" [P, L, H] float64 (metadata: positions)
+    pointer_ranking.json     the ranking at the reported position (`rankings_io`); heads_ranking=FILE
+    vote_r1.json             {"pointer": {K: R@1}, "writer": {K: R@1} | null}, ranking sources
+    writer_r1.json           writer R@1 grid and fit details (ICIR-MCQ) or in-context grid (VHs)
+    writer_r1.safetensors    "writer_r1" [L, H] float64
+    writer_ranking.json      the writer ranking
+    writer_probes/           the fitted probes (ICIR-MCQ; `WriterProbes.save`); writer_probes=DIR
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from harness.heads import head_name
+from harness.lm_eval_plugin.analysis import HeadAnalysis
+from harness.lm_eval_plugin.rankings_io import ranking_document, write_json
+from harness.metrics.rankings import grid_by_name, head_ranking, ranking_names
+
+TOP_K = 10
+
+
+def _top_list(grid: np.ndarray, k: int = TOP_K) -> list[list]:
+    """``[[LxxHyy, R@1], ...]`` of the top-`k` heads of `grid`, best first."""
+    order = head_ranking(grid)[:k]
+    return [[name, float(grid.ravel()[i])] for name, i in zip(ranking_names(order, grid.shape[1]), order)]
+
+
+def _save_arrays(path: Path, name: str, array: np.ndarray, metadata: dict[str, str]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({name: torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))}, str(tmp), metadata=metadata)
+    tmp.replace(path)
+
+
+def summary(analysis: HeadAnalysis, name: str) -> dict:
+    """The JSON summary of one analysis (``summary.json``; also what the CLI prints)."""
+    grid = analysis.table_grid
+    top = analysis.pointer_top_head
+    return {
+        "name": name,
+        "tasks": analysis.tasks,
+        "n_docs": len(analysis.items),
+        "position": analysis.positions[0],
+        "pointer_r1": analysis.pointer_best,
+        "pointer_top_head": head_name(top // grid.shape[1], top % grid.shape[1]),
+        "pointer_top_head_index": top,
+        "pointer_r1_median": analysis.pointer_median,
+        "chance_r1": analysis.chance,
+        "writer_r1": None if analysis.writer_r1 is None else analysis.writer_best,
+        "vote_r1": {str(k): v for k, v in analysis.vote_r1.items()},
+        "writer_vote_r1": None
+        if analysis.writer_vote_r1 is None
+        else {str(k): v for k, v in analysis.writer_vote_r1.items()},
+        "top_pointer_heads": _top_list(grid),
+        "top_writer_heads": None if analysis.writer_r1 is None else _top_list(analysis.writer_r1),
+        "vote_ranking": analysis.vote_ranking_source,
+        "writer_ranking": analysis.writer_ranking_source,
+        "notes": analysis.notes,
+    }
+
+
+def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str) -> Path:
+    """Write every artifact of `analysis` into ``folder`` (created; files replaced one by one).
+
+    Returns:
+        `folder`.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    positions = list(analysis.positions)
+    write_json(folder / "summary.json", summary(analysis, name))
+    write_json(
+        folder / "pointer_r1.json",
+        {"chance": analysis.chance, "grids": {p: grid_by_name(g) for p, g in zip(positions, analysis.pointer_r1)}},
+    )
+    _save_arrays(folder / "pointer_r1.safetensors", "pointer_r1", analysis.pointer_r1, {"positions": ",".join(positions)})
+    write_json(folder / "pointer_ranking.json", ranking_document(analysis.table_grid, "pointer", positions[0]))
+    write_json(
+        folder / "vote_r1.json",
+        {
+            "pointer": {str(k): v for k, v in analysis.vote_r1.items()},
+            "pointer_ranking": analysis.vote_ranking_source,
+            "writer": None
+            if analysis.writer_vote_r1 is None
+            else {str(k): v for k, v in analysis.writer_vote_r1.items()},
+            "writer_ranking": analysis.writer_ranking_source,
+            "note": "K above the number of heads votes with all heads",
+        },
+    )
+    if analysis.writer_r1 is not None:
+        details = analysis.writer_fit.to_json() if analysis.writer_fit else {"writer_r1": grid_by_name(analysis.writer_r1)}
+        write_json(folder / "writer_r1.json", details)
+        _save_arrays(folder / "writer_r1.safetensors", "writer_r1", analysis.writer_r1, {"position": positions[0]})
+        write_json(folder / "writer_ranking.json", ranking_document(analysis.writer_r1, "writer", positions[0]))
+    if analysis.writer_fit is not None:
+        analysis.writer_fit.probes.save(folder / "writer_probes", overwrite=True)
+    return folder

@@ -1,0 +1,374 @@
+"""The lm-eval model ``hf-multimodal-heads``: answers and head captures from the same prefill.
+
+A subclass of lm-eval's ``HFMultimodalLM`` (``hf-multimodal``). For every document lm-eval sends,
+it renders the stored prompt with the model's own chat template and runs one prefill through the
+capture engine (`harness.capture.capture_heads_batch`), which records every head's pointer scores,
+head outputs and the image embeddings at the readout positions (paper §3-5, App. A, App. G):
+
+- ``loglikelihood`` (multiple-choice tasks, ICIR-MCQ): the log-probability of each option letter
+  as the first answer token, read from the same prefill's last-position logits (App. C.4: the
+  restricted argmax over the four letters is lm-eval's ``acc``). This is the multimodal
+  loglikelihood ``hf-multimodal`` lacks; one forward serves all options.
+- ``generate_until`` (VHs): greedy generation after the capture prefill, stopped at the first
+  answer word when the task asks for it (``stop_at_words``, App. A).
+
+Captures go to an `ActivationStore` keyed by (task, doc_id); a document already in the store is
+not recomputed (a killed run resumes). Each response carries a small reference to its store record
+(`capture_ref`), from which the tasks' ``process_results`` and aggregations compute the head
+metrics (`harness.lm_eval_plugin.analysis`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+from lm_eval.api.registry import register_model
+from lm_eval.models.hf_vlms import HFMultimodalLM
+from lm_eval.models.utils import handle_stop_sequences
+from lm_eval.models.utils_hf import stop_sequences_criteria
+from tqdm import tqdm
+
+from harness.activation_store import ActivationStore
+from harness.capture import MODES, CaptureRequest, answer_token_ids, capture_heads_batch
+from harness.capture.adapters import ADAPTERS, SUPPORTED_ARCHITECTURES
+from harness.capture.inputs import render
+from harness.capture.readout import validate_positions
+from harness.lm_eval_plugin.default_model import default_model_path
+from harness.lm_eval_plugin.documents import DocInput, doc_input, group_by_doc
+from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
+from harness.lm_eval_plugin.stopping import StopAtAnswerWord
+from icir_mcq.errors import UserInputError
+
+MODEL_NAME = "hf-multimodal-heads"
+PAPER_IMAGE_BUDGET = 448
+CAPTURED_FIELDS = ("pointer", "head_output", "image_embeds")
+
+
+def parse_readout(readout: Any) -> tuple[str, ...]:
+    """Readout positions from a model argument: ``"cattok"``, ``"cattok/+1/last"`` or a sequence.
+
+    lm-eval's argument parser turns ``+1`` into the integer 1; integers k mean ``+k``. The first
+    position is the one the results table reports (App. G positions: cattok, +1..+4, mid, last).
+    """
+    if isinstance(readout, (int, float)):
+        items = [readout]
+    elif isinstance(readout, str):
+        items = [part for part in readout.replace(",", "/").split("/") if part]
+    else:
+        items = list(readout)
+    return validate_positions([f"+{int(i)}" if isinstance(i, (int, float)) else str(i).strip() for i in items])
+
+
+def check_architecture(pretrained: str, revision: str | None, trust_remote_code: bool) -> None:
+    """Raise a clear `UserInputError` before loading weights when `pretrained` is no supported LVLM."""
+    try:
+        config = transformers.AutoConfig.from_pretrained(
+            pretrained, revision=revision, trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"cannot read a model config from {pretrained!r}: {err}") from None
+    if not any(adapter.matches(config) for adapter in ADAPTERS):
+        vision = getattr(getattr(config, "vision_config", None), "model_type", None)
+        found = f"model_type {config.model_type!r}" + (f" with a {vision!r} vision tower" if vision else "")
+        raise UserInputError(
+            f"{pretrained} is a {found}; {MODEL_NAME} captures heads of {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+
+
+def apply_image_budget(processor, side: int | None) -> int | None:
+    """Fix the per-image pixel budget to ``side x side`` for Qwen-style processors (App. A).
+
+    Qwen-style image processors (those emitting ``image_grid_thw``) resize within a pixel range;
+    App. A sets ``min_pixels = max_pixels = 448 x 448``. Other processors keep their native
+    resizing (InternVL's 448 x 448 tiles are already the paper's budget).
+
+    Returns:
+        The pixel count set, or None when the processor keeps its own resizing.
+    """
+    image_processor = getattr(processor, "image_processor", None)
+    if side is None or "image_grid_thw" not in getattr(image_processor, "model_input_names", ()):
+        return None
+    pixels = int(side) * int(side)
+    image_processor.size = {"shortest_edge": pixels, "longest_edge": pixels}
+    return pixels
+
+
+@register_model(MODEL_NAME)
+class HFMultimodalHeadsLM(HFMultimodalLM):
+    """``hf-multimodal`` plus head capture: every head's pointer, head output and image embeddings.
+
+    Model arguments (``--model_args key=value``) beyond ``hf-multimodal``'s:
+
+    Args:
+        pretrained: model folder or Hub id; default: a tiny random Qwen3-VL saved at first use
+            (`default_model.default_model_path`).
+        pointer_mode: ``exact`` (the attention the model computes) or ``proxy`` / ``proxy_causal``
+            (Eq. 3 from the q_proj/k_proj outputs); see `harness.capture`.
+        readout: readout positions separated by ``/`` (e.g. ``cattok/+1/last``, App. G); the
+            first is reported in the results table, all are stored and written as artifacts.
+        heads_ranking: a ranking JSON (``pointer_ranking.json`` of an ICIR-MCQ run's artifacts)
+            whose top-K heads vote in ``vote_r1@K`` (§4.3, App. H voting A); default: the task's own
+            pointer ranking.
+        writer_probes: a writer-probe folder of an ICIR-MCQ run's artifacts; enables the writer
+            ranking's trained-probe votes ``writer_vote_r1@K`` and in-context ``writer_r1`` on VHs
+            (App. H voting B).
+        store: activation store folder (resumable); default a temporary folder removed at exit
+            (data-parallel runs need a shared folder: pass one).
+        store_flush: documents per store shard (a killed run recomputes at most this many).
+        image_budget: per-image side in pixels for Qwen-style processors (App. A: 448, so
+            ``min_pixels = max_pixels = 448*448``); ``none`` keeps the processor's own setting.
+        attn_implementation: the attention kernel the model runs on (``sdpa``, ``eager``,
+            ``flash_attention_2``); the capture wraps it.
+
+    Raises:
+        UserInputError: an unsupported architecture (before loading weights), an unknown pointer
+            mode or readout position, a ranking or probe folder that does not fit the model, a
+            store written with other settings, or data parallelism without a store folder.
+    """
+
+    def __init__(
+        self,
+        pretrained: str | None = None,
+        pointer_mode: str = "exact",
+        readout: Any = "cattok",
+        heads_ranking: str | None = None,
+        writer_probes: str | None = None,
+        store: str | None = None,
+        store_flush: int = 16,
+        image_budget: int | str | None = PAPER_IMAGE_BUDGET,
+        attn_implementation: str = "sdpa",
+        **kwargs,
+    ) -> None:
+        if pointer_mode not in MODES:
+            raise UserInputError(f"pointer_mode {pointer_mode!r} is not one of {', '.join(MODES)}")
+        self.positions = parse_readout(readout)
+        self.pointer_mode = pointer_mode
+        if pretrained is None or isinstance(pretrained, str):
+            pretrained = str(pretrained or default_model_path())
+            check_architecture(pretrained, kwargs.get("revision"), bool(kwargs.get("trust_remote_code", False)))
+        super().__init__(pretrained, attn_implementation=attn_implementation, **kwargs)
+        self._use_accelerate_ranks()
+        budget = None if image_budget in (None, "none", "native") else int(image_budget)
+        self.image_pixels = apply_image_budget(self.processor, budget)
+        text_config = self.model.config.get_text_config()
+        self.n_layers, self.n_heads = int(text_config.num_hidden_layers), int(text_config.num_attention_heads)
+        self.heads_ranking = None if heads_ranking is None else str(Path(heads_ranking).resolve())
+        self.writer_probes = None if writer_probes is None else str(Path(writer_probes).resolve())
+        if self.heads_ranking:
+            load_head_ranking(self.heads_ranking, self.n_layers, self.n_heads)
+        if self.writer_probes:
+            load_writer_probes(self.writer_probes, self.n_layers, self.n_heads)
+        self.store = ActivationStore(self._store_dir(store), self.capture_settings(), self.rank, int(store_flush))
+
+    def _use_accelerate_ranks(self) -> None:
+        # HFLM takes ranks from accelerate only when more than one GPU is visible; on CPU (gloo) or
+        # one GPU per process it would run every document on every process.
+        accelerator = getattr(self, "accelerator", None)
+        if accelerator is not None and accelerator.num_processes > 1 and self._world_size == 1:
+            self._rank = accelerator.process_index
+            self._world_size = accelerator.num_processes
+
+    def _store_dir(self, store: str | None) -> Path:
+        if store is not None:
+            return Path(store).resolve()
+        if self.world_size > 1:
+            raise UserInputError(
+                f"data-parallel runs of {MODEL_NAME} need a store folder every process sees: "
+                f"pass --model_args store=DIR (or --output_path with `icir eval`)"
+            )
+        path = Path(tempfile.mkdtemp(prefix="icir-store-"))
+        atexit.register(shutil.rmtree, path, True)
+        return path
+
+    def capture_settings(self) -> dict[str, Any]:
+        """What every stored capture depends on (a store refuses records made otherwise)."""
+        return {
+            "model": str(self.pretrained) if isinstance(self.pretrained, str) else self.model.name_or_path,
+            "revision": self.revision,
+            "dtype": str(self.model.dtype),
+            "attn_implementation": self.model.config._attn_implementation,
+            "pointer_mode": self.pointer_mode,
+            "readout": list(self.positions),
+            "image_pixels": self.image_pixels,
+            "layers": self.n_layers,
+            "heads": self.n_heads,
+        }
+
+    def capture_ref(self, task: str, doc_id: int) -> dict[str, Any]:
+        """What a response tells ``process_results``: where the capture is and how to score it."""
+        return {
+            "store": str(self.store.root),
+            "task": task,
+            "doc_id": int(doc_id),
+            "heads_ranking": self.heads_ranking,
+            "writer_probes": self.writer_probes,
+        }
+
+    # ------------------------------------------------------------------ capture
+
+    def _stored(self, doc: DocInput) -> dict[str, Any] | None:
+        record = self.store.record(doc.task, doc.doc_id)
+        if record is not None and record["fingerprint"] != doc.fingerprint:
+            raise UserInputError(
+                f"activation store {self.store.root} holds task {doc.task} doc {doc.doc_id} of another dataset "
+                f"(fingerprint differs); pass another store=DIR or delete it"
+            )
+        return record
+
+    def _capture(self, docs: Sequence[DocInput], answer_tokens: Sequence[int] | None):
+        requests = [CaptureRequest(doc.prompt, doc.images, doc.query_char_span) for doc in docs]
+        return capture_heads_batch(
+            self.model, self.processor, requests, self.positions, self.pointer_mode, answer_tokens
+        )
+
+    def _tensors(self, capture) -> dict[str, torch.Tensor]:
+        return {name: getattr(capture, name) for name in CAPTURED_FIELDS}
+
+    def _base_record(self, doc: DocInput, capture) -> dict[str, Any]:
+        return {
+            "fingerprint": doc.fingerprint,
+            "n_images": len(doc.images),
+            "readout_indices": list(capture.readout_indices),
+            "image_spans": [list(span) for span in capture.image_spans],
+        }
+
+    def _batches(self, items: list, desc: str, disable_tqdm: bool):
+        size = max(1, int(self.batch_size))
+        bar = tqdm(total=len(items), desc=desc, disable=disable_tqdm or self.rank != 0)
+        for start in range(0, len(items), size):
+            batch = items[start : start + size]
+            yield batch
+            bar.update(len(batch))
+        bar.close()
+
+    # ------------------------------------------------------------------ lm-eval requests
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool, dict]]:
+        """Per request ``(log p(continuation's first token | prompt), is_greedy, capture_ref)``.
+
+        Each continuation must be one token (an option letter, App. C.4); its log-probability is
+        taken over the full vocabulary at the first answer position, from the capture prefill.
+
+        Raises:
+            UserInputError: see `documents.doc_input`; a continuation that is not one token
+                (`harness.capture.answer_token_ids`); a stored record scored for other answers.
+        """
+        groups = group_by_doc(requests)
+        answers: dict[tuple[str, int], list[str]] = {
+            key: list(dict.fromkeys(requests[i].args[1] for i in indices)) for key, indices in groups.items()
+        }
+        docs = {key: doc_input(requests[indices[0]]) for key, indices in groups.items()}
+        todo = []
+        for key in groups:
+            record = self._stored(docs[key])
+            if record is None:
+                todo.append(key)
+            elif not set(answers[key]) <= set(record["answers"]):
+                raise UserInputError(
+                    f"activation store {self.store.root} scored task {key[0]} doc {key[1]} for answers "
+                    f"{sorted(record['answers'])}, not {answers[key]}; pass another store=DIR"
+                )
+        vocab = self.model.get_output_embeddings().out_features
+        for batch in self._batches(todo, "capturing heads (loglikelihood)", disable_tqdm):
+            for key, capture in zip(batch, self._capture([docs[k] for k in batch], range(vocab))):
+                logprobs = torch.log_softmax(capture.answer_logits.double(), dim=-1)
+                greedy = int(torch.argmax(logprobs))
+                token_ids = answer_token_ids(self.processor, answers[key])
+                scored = {text: [float(logprobs[t]), t == greedy] for text, t in zip(answers[key], token_ids)}
+                record = {**self._base_record(docs[key], capture), "answers": scored}
+                tensors = {**self._tensors(capture), "answer_logits": capture.answer_logits[token_ids].float()}
+                self.store.put(key[0], key[1], record, tensors)
+        self.store.flush()
+        results: list = [None] * len(requests)
+        for key, indices in groups.items():
+            scored = self.store.record(*key)["answers"]
+            ref = self.capture_ref(*key)
+            for index in indices:
+                logprob, is_greedy = scored[requests[index].args[1]]
+                results[index] = (logprob, bool(is_greedy), ref)
+        return results
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[tuple[str, dict]]:
+        """Per request ``(generated text, capture_ref)``: greedy decoding after the capture prefill.
+
+        Generation kwargs are lm-eval's (``until``, ``max_gen_toks``, ``do_sample``...) plus
+        ``stop_at_words``: stop once a complete word of that list is generated (App. A: VHs
+        stops at the first "yes"/"no").
+
+        Raises:
+            UserInputError: see `documents.doc_input`; a stored response made with other
+                generation kwargs.
+        """
+        groups = group_by_doc(requests)
+        docs = {key: doc_input(requests[indices[0]]) for key, indices in groups.items()}
+        settings = {key: requests[indices[0]].args[1] for key, indices in groups.items()}
+        todo = []
+        for key in groups:
+            record = self._stored(docs[key])
+            if record is None:
+                todo.append(key)
+            elif record["generation_kwargs"] != _jsonable(settings[key]):
+                raise UserInputError(
+                    f"activation store {self.store.root} holds task {key[0]} doc {key[1]} generated with "
+                    f"{record['generation_kwargs']}, not {settings[key]}; pass another store=DIR"
+                )
+        for batch in self._batches(todo, "capturing heads + generating", disable_tqdm):
+            for key, capture in zip(batch, self._capture([docs[k] for k in batch], None)):
+                text = self._generate(docs[key], settings[key])
+                record = {
+                    **self._base_record(docs[key], capture),
+                    "response": text,
+                    "generation_kwargs": _jsonable(settings[key]),
+                }
+                self.store.put(key[0], key[1], record, self._tensors(capture))
+        self.store.flush()
+        results: list = [None] * len(requests)
+        for key, indices in groups.items():
+            text = self.store.record(*key)["response"]
+            for index in indices:
+                results[index] = (text, self.capture_ref(*key))
+        return results
+
+    @torch.no_grad()
+    def _generate(self, doc: DocInput, gen_kwargs: dict) -> str:
+        kwargs = dict(gen_kwargs)
+        eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
+        until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
+        max_new_tokens = int(kwargs.pop("max_gen_toks", self.max_gen_toks))
+        words = kwargs.pop("stop_at_words", None)
+        if kwargs.get("temperature", 0.0) == 0.0 and not kwargs.get("do_sample", False):
+            kwargs.pop("temperature", None)
+            kwargs["do_sample"] = False
+        text, _ = render(self.processor, CaptureRequest(doc.prompt, doc.images, doc.query_char_span))
+        device = next(self.model.parameters()).device
+        inputs = self.processor(text=[text], images=[list(doc.images)], return_tensors="pt")
+        inputs = inputs.to(device=device, dtype=self.model.dtype)
+        length = inputs["input_ids"].shape[1]
+        criteria = stop_sequences_criteria(self.tokenizer, until, length, 1)
+        if words:
+            criteria.append(StopAtAnswerWord(self.tokenizer, words, length))
+        output = self.model.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            stopping_criteria=criteria,
+            pad_token_id=self.tokenizer.pad_token_id,
+            **kwargs,
+        )
+        text = self.tokenizer.decode(output[0, length:], skip_special_tokens=True)
+        for term in until:
+            if term:
+                text = text.split(term)[0]
+        return text
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` with tuples as lists (how it reads back from a JSON record)."""
+    return json.loads(json.dumps(value))

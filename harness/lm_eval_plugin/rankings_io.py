@@ -1,0 +1,93 @@
+"""Head rankings and writer probes as files: written by one run, applied by another (§4.3, App. H).
+
+An ICIR-MCQ run writes ``pointer_ranking.json`` (and, with writer probes, ``writer_probes/``)
+into its artifacts; a VHs run takes them as ``heads_ranking=FILE`` / ``writer_probes=DIR`` to
+vote with the heads found on ICIR-MCQ. Rankings are JSON only (data, never code).
+
+Ranking file (``format: "head-ranking/1"``): ``criterion`` ("pointer" or "writer"),
+``position`` (readout position), ``n_layers``, ``n_heads``, ``ranking`` (``LxxHyy`` names, best
+first) and ``r1`` (each ranked head's R@1, same order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from harness.metrics.probes import WriterProbes
+from harness.metrics.rankings import as_flat_indices, head_ranking, ranking_names
+from icir_mcq.errors import UserInputError
+
+RANKING_FORMAT = "head-ranking/1"
+
+
+def ranking_document(grid: np.ndarray, criterion: str, position: str) -> dict:
+    """The ranking JSON of an ``[L, H]`` R@1 grid (ties: smaller flat index first)."""
+    grid = np.asarray(grid, dtype=np.float64)
+    order = head_ranking(grid)
+    return {
+        "format": RANKING_FORMAT,
+        "criterion": criterion,
+        "position": position,
+        "n_layers": int(grid.shape[0]),
+        "n_heads": int(grid.shape[1]),
+        "ranking": ranking_names(order, grid.shape[1]),
+        "r1": [float(grid.ravel()[i]) for i in order],
+    }
+
+
+def write_json(path: Path, obj) -> None:
+    """Write `obj` as indented JSON to `path` through a temporary file (never half-written)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(obj, handle, indent=2)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def load_head_ranking(path: str | os.PathLike, n_layers: int, n_heads: int) -> np.ndarray:
+    """Flat head indices ``l*H + h`` (best first) from a ranking file, checked against the model.
+
+    Raises:
+        UserInputError: missing or malformed file, or a ranking made for another L x H.
+    """
+    path = Path(path)
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserInputError(f"cannot read head ranking {path}: {err}") from None
+    if not isinstance(document, dict) or document.get("format") != RANKING_FORMAT:
+        raise UserInputError(f"{path} is not a head ranking (format {RANKING_FORMAT!r}, e.g. pointer_ranking.json)")
+    if (document["n_layers"], document["n_heads"]) != (n_layers, n_heads):
+        raise UserInputError(
+            f"head ranking {path} is for {document['n_layers']} layers x {document['n_heads']} heads; "
+            f"this model has {n_layers} x {n_heads}"
+        )
+    return as_flat_indices(document["ranking"], n_layers, n_heads)
+
+
+def load_writer_probes(path: str | os.PathLike, n_layers: int, n_heads: int) -> tuple[WriterProbes, np.ndarray]:
+    """Probes saved by an ICIR-MCQ run and their writer ranking (from the saved writer R@1 grid).
+
+    Raises:
+        UserInputError: unreadable folder, probes of another L x H, or probes without writer R@1
+            (the ranking needs it).
+    """
+    probes = WriterProbes.load(path)
+    if (probes.n_layers, probes.n_heads) != (n_layers, n_heads):
+        raise UserInputError(
+            f"writer probes {path} are for {probes.n_layers} layers x {probes.n_heads} heads; "
+            f"this model has {n_layers} x {n_heads}"
+        )
+    grid = probes.info.get("writer_r1")
+    if not isinstance(grid, dict):
+        raise UserInputError(f"writer probes {path} carry no writer R@1 grid to rank heads by")
+    flat = as_flat_indices(list(grid), n_layers, n_heads)
+    values = np.full(n_layers * n_heads, -np.inf)
+    values[flat] = [grid[name] for name in grid]
+    return probes, head_ranking(values.reshape(n_layers, n_heads))

@@ -1,0 +1,183 @@
+"""Task hooks of the ICIR-MCQ and Visual Haystacks lm-eval tasks (YAML ``!function utils.<name>``).
+
+Datasets come from local folders built by ``icir build-mcq`` / ``icir build-vhs``, named by
+lm-eval's ``--metadata`` (``icir_mcq_data=DIR``, ``vhs_data=DIR``, and ``coco_root=DIR`` for
+folders built with ``--no-embed-images``) or by the environment variables ``ICIR_MCQ_DATA``,
+``ICIR_VHS_DATA`` and ``ICIR_COCO_ROOT``.
+
+``process_results`` turns the model's responses into per-document values: ``acc`` (and VHs
+``compliance``) directly, and for every head metric one small item (the capture reference the
+model returned plus the document's target image) that the aggregations below hand to
+`harness.lm_eval_plugin.analysis`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import datasets
+import numpy as np
+
+from harness.lm_eval_plugin.analysis import analysis_for
+from icir_mcq.errors import UserInputError
+from vhs_adapter.scoring import is_compliant, is_correct
+
+VOTE_KS = (1, 3, 5, 10, 20, 30)
+POINTER_METRICS = ("pointer_r1", "pointer_top_head", "pointer_r1_median", "chance_r1")
+
+
+def _vote_items(item: dict, ranking: str) -> dict:
+    """The ``vote_r1@K`` (or ``writer_vote_r1@K``) items of one document: `item` plus its vote."""
+    prefix = "writer_" if ranking == "writer" else ""
+    return {f"{prefix}vote_r1@{k}": {**item, "vote": [ranking, k]} for k in VOTE_KS}
+
+
+def _folder(kind: str, given: str | None, env: str) -> Path:
+    value = given or os.environ.get(env)
+    if not value:
+        raise UserInputError(
+            f"no {kind} dataset folder given: pass --metadata {kind}_data=DIR to `icir eval`/lm-eval, or set {env} "
+            f"(build one with `icir build-{'mcq' if kind == 'icir_mcq' else 'vhs'}`)"
+        )
+    folder = Path(value).expanduser()
+    if not (folder / "README.md").is_file():
+        raise UserInputError(f"{kind} dataset folder {folder} not found or has no README.md dataset card")
+    return folder
+
+
+def _cache_dir(folder: Path) -> Path:
+    """A datasets cache folder for exactly this folder's files (path, size and mtime of each).
+
+    datasets keys its cache of a local folder on the folder's name and card only, so a folder
+    rebuilt in place, or another folder of the same name, would be served stale cached rows.
+    """
+    digest = hashlib.blake2b(digest_size=12)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and ".cache" not in p.parts):
+        stat = path.stat()
+        digest.update(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return Path(datasets.config.HF_DATASETS_CACHE) / "icir" / digest.hexdigest()
+
+
+def _load_config(folder: Path, config: str, coco_root: str | None) -> datasets.DatasetDict:
+    try:
+        dataset = datasets.load_dataset(str(folder), config, cache_dir=str(_cache_dir(folder)))
+    except ValueError as err:
+        available = datasets.get_dataset_config_names(str(folder))
+        raise UserInputError(f"{folder} has no config {config!r} (it has {', '.join(available)}): {err}") from None
+    if isinstance(dataset["test"].features["images"].feature, datasets.Image) and dataset[
+        "test"
+    ].features["images"].feature.decode:
+        return dataset
+    return datasets.DatasetDict({split: _with_image_files(part, coco_root) for split, part in dataset.items()})
+
+
+def _with_image_files(dataset: datasets.Dataset, coco_root: str | None) -> datasets.Dataset:
+    """Point a ``--no-embed-images`` folder's images at the COCO files (``image_files``)."""
+    root = coco_root or os.environ.get("ICIR_COCO_ROOT")
+    if not root:
+        raise UserInputError(
+            "this dataset folder stores image paths only (--no-embed-images): pass --metadata coco_root=DIR "
+            "or set ICIR_COCO_ROOT"
+        )
+    root = Path(root).expanduser()
+
+    def resolve(row):
+        paths = [root / name for name in row["image_files"]]
+        missing = [str(p) for p in paths if not p.is_file()]
+        if missing:
+            raise UserInputError(f"record {row['id']}: image file {missing[0]} not found under coco_root {root}")
+        return {"images": [str(p) for p in paths]}
+
+    features = dataset.features.copy()
+    features["images"] = datasets.List(datasets.Image())
+    return dataset.map(resolve, features=features)
+
+
+def load_icir_mcq(icir_config: str, icir_mcq_data: str | None = None, coco_root: str | None = None, **_metadata):
+    """The ICIR-MCQ config `icir_config` ("n5"/"n6") as a ``DatasetDict`` with split ``test``.
+
+    lm-eval calls this with every ``--metadata``/model argument; the others are ignored.
+
+    Raises:
+        UserInputError: no folder given, a folder without a dataset card, an unknown config, or
+            (``--no-embed-images`` folders) no COCO root / a missing image file.
+    """
+    return _load_config(_folder("icir_mcq", icir_mcq_data, "ICIR_MCQ_DATA"), icir_config, coco_root)
+
+
+def load_vhs(vhs_config: str, vhs_data: str | None = None, coco_root: str | None = None, **_metadata):
+    """The VHs config `vhs_config` (e.g. "single_needle_n10") as a ``DatasetDict`` (split ``test``).
+
+    Raises:
+        UserInputError: as `load_icir_mcq`.
+    """
+    return _load_config(_folder("vhs", vhs_data, "ICIR_VHS_DATA"), vhs_config, coco_root)
+
+
+def process_icir_mcq(doc: dict, results: list) -> dict:
+    """ICIR-MCQ per-document values: ``acc`` = restricted argmax over A-D (App. C.4) + head items.
+
+    `results` holds one ``(log p(letter), is_greedy, capture_ref)`` per option letter, A-D.
+    """
+    logprobs = [result[0] for result in results]
+    item = {
+        **results[0][2],
+        "target": int(doc["target_position"]),
+        "n": int(doc["n_choices"]),
+        "split": doc["probe_split"],
+        "image_id": int(doc["target_image_id"]),
+    }
+    acc = float(int(np.argmax(logprobs)) == int(doc["answer_index"]))
+    return {"acc": acc, "writer_r1": item, **dict.fromkeys(POINTER_METRICS, item), **_vote_items(item, "pointer")}
+
+
+def process_vhs(doc: dict, results: list) -> dict:
+    """VHs per-document values: toolkit ``acc`` and ``compliance`` (App. A) + head items.
+
+    Head metrics need one target image, so they are reported for single-needle haystacks; the
+    writer metrics only when the model was given ``writer_probes``.
+    """
+    text, ref = results[0]
+    values = {"acc": float(is_correct(text, doc["answer"])), "compliance": float(is_compliant(text))}
+    if len(doc["needle_positions"]) == 1:
+        item = {**ref, "target": int(doc["needle_positions"][0]), "n": int(doc["n_images"]), "split": None,
+                "image_id": None}
+        values.update({**dict.fromkeys(POINTER_METRICS, item), **_vote_items(item, "pointer")})
+        if ref["writer_probes"]:
+            values.update({"writer_r1": item, **_vote_items(item, "writer")})
+    return values
+
+
+def agg_pointer_r1(items: list) -> float:
+    """R@1 of the best pointer head at the first readout position (Table 1)."""
+    return analysis_for(items).pointer_best
+
+
+def agg_pointer_top_head(items: list) -> int:
+    """Flat index ``l*H + h`` of the best pointer head (named ``LxxHyy`` in the artifacts)."""
+    return analysis_for(items).pointer_top_head
+
+
+def agg_pointer_r1_median(items: list) -> float:
+    """Median pointer R@1 over all heads."""
+    return analysis_for(items).pointer_median
+
+
+def agg_chance_r1(items: list) -> float:
+    """Pointer chance level: mean over documents of 1/N."""
+    return analysis_for(items).chance
+
+
+def agg_writer_r1(items: list) -> float:
+    """R@1 of the best writer head (ICIR-MCQ: pool of eval targets; VHs: in-context), NaN if unavailable."""
+    return analysis_for(items).writer_best
+
+
+def agg_vote_r1(items: list) -> float:
+    """Top-K majority-vote R@1 (App. H); each item names its ranking and K (``item["vote"]``)."""
+    ranking, k = items[0]["vote"]
+    analysis = analysis_for([{key: value for key, value in item.items() if key != "vote"} for item in items])
+    curve = analysis.writer_vote_r1 if ranking == "writer" else analysis.vote_r1
+    return curve[k]

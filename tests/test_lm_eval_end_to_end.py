@@ -1,0 +1,229 @@
+"""`icir eval` end to end on a tiny Qwen3-VL: every table metric recomputed from `capture_heads`.
+
+The reference runs (tests/lm_eval_helpers.py) evaluate ``icir_mcq_n5`` (first 19 documents) and
+``vhs_single_n5`` (with the ICIR-MCQ run's pointer ranking and writer probes). Here each document
+is captured again directly with `harness.capture.capture_heads` on the same checkpoint, and the
+metrics are recomputed by brute force (numpy argmax, hand-counted majority votes, probes applied
+by hand from the saved tensors) and compared with lm-eval's results and the artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import transformers
+from datasets import load_dataset
+from safetensors.torch import load_file
+
+import harness
+from harness.capture import capture_heads
+from harness.capture.spans import conversation, split_prompt
+from harness.metrics.candidates import InContextCandidates
+from harness.metrics.writer import fit_writer_probes
+from lm_eval_helpers import IMAGE_BUDGET, LIMIT, MAX_GEN_TOKS, artifacts_of, build_shared, results_of, shared_root
+from vhs_adapter.scoring import is_compliant, is_correct
+
+KS = (1, 3, 5, 10, 20, 30)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return build_shared(shared_root(tmp_path_factory))
+
+
+@pytest.fixture(scope="module")
+def tiny(shared):
+    """The reference checkpoint loaded independently of lm-eval, with the same per-image budget."""
+    model = transformers.AutoModelForImageTextToText.from_pretrained(shared / "model").eval()
+    processor = transformers.AutoProcessor.from_pretrained(shared / "model")
+    pixels = IMAGE_BUDGET * IMAGE_BUDGET
+    processor.image_processor.size = {"shortest_edge": pixels, "longest_edge": pixels}
+    return model, processor
+
+
+def _grid(votes: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    return (votes == targets[:, None, None]).mean(axis=0)
+
+
+def _majority_curve(votes: np.ndarray, targets: np.ndarray, ranking: np.ndarray) -> dict[int, float]:
+    """Top-K majority vote by counting, ties to the smallest image index (App. H)."""
+    flat = votes.reshape(len(votes), -1)
+    curve = {}
+    for k in KS:
+        top = ranking[: min(k, ranking.size)]
+        predictions = [np.bincount(row[top]).argmax() for row in flat]
+        curve[k] = float(np.mean(np.array(predictions) == targets))
+    return curve
+
+
+def _ranking(grid: np.ndarray) -> np.ndarray:
+    return np.argsort(-grid.ravel(), kind="stable")
+
+
+def _metrics(results: dict, task: str) -> dict[str, float]:
+    return {key.split(",")[0]: value for key, value in results["results"][task].items() if key.endswith(",none")}
+
+
+def _load(folder, config: str):
+    """A config of a dataset folder, cached apart from other folders of the same name."""
+    return load_dataset(str(folder), config, cache_dir=str(folder.parent / "hf_cache" / folder.name))["test"]
+
+
+def _captured(tiny, folder, config: str, limit: int, answer_tokens=None):
+    """The first `limit` documents of `config` and their `capture_heads` at the cattok."""
+    model, processor = tiny
+    docs = _load(folder, config).select(range(limit))
+    captures = [
+        capture_heads(model, processor, d["prompt"], d["images"], tuple(d["cattok_char_span"]),
+                      answer_tokens=answer_tokens)
+        for d in docs
+    ]
+    return docs, captures
+
+
+@pytest.fixture(scope="module")
+def icir_recomputed(shared, tiny):
+    """ICIR-MCQ documents captured directly; acc and head metrics by brute force."""
+    letters = [tiny[1].tokenizer.encode(letter, add_special_tokens=False)[0] for letter in "ABCD"]
+    docs, captures = _captured(tiny, shared / "mcq", "n5", LIMIT, letters)
+    targets = np.array(docs["target_position"])
+    votes = np.stack([c.pointer[0].numpy().argmax(axis=-1) for c in captures])
+    grid = _grid(votes, targets)
+    candidates = InContextCandidates.from_list([c.image_embeds for c in captures], targets)
+    writer = fit_writer_probes(
+        torch.stack([c.head_output[0] for c in captures]),
+        torch.stack([c.image_embeds[t] for c, t in zip(captures, targets)]),
+        docs["probe_split"],
+        image_ids=docs["target_image_id"],
+        candidates=candidates,
+        progress=False,
+    )
+    return {
+        "acc": float(np.mean([int(c.answer_logits.argmax()) == a for c, a in zip(captures, docs["answer_index"])])),
+        "grid": grid,
+        "chance": float(np.mean(1 / np.array(docs["n_choices"]))),
+        "vote": _majority_curve(votes, targets, _ranking(grid)),
+        "writer": writer.r1,
+    }
+
+
+def test_icir_mcq_metrics_match_capture_heads(shared, icir_recomputed):
+    got = _metrics(results_of(shared / "ref_mcq"), "icir_mcq_n5")
+    grid = icir_recomputed["grid"]
+    assert got["acc"] == pytest.approx(icir_recomputed["acc"], abs=1e-12)
+    assert got["pointer_r1"] == pytest.approx(grid.max(), abs=1e-12)
+    assert got["pointer_top_head"] == int(_ranking(grid)[0])
+    assert got["pointer_r1_median"] == pytest.approx(np.median(grid), abs=1e-12)
+    assert got["chance_r1"] == pytest.approx(icir_recomputed["chance"], abs=1e-12)
+    assert got["writer_r1"] == pytest.approx(icir_recomputed["writer"].max(), abs=1e-9)
+    for k in KS:
+        assert got[f"vote_r1@{k}"] == pytest.approx(icir_recomputed["vote"][k], abs=1e-12), k
+
+
+def test_icir_mcq_artifacts_hold_the_grids(shared, icir_recomputed):
+    folder = artifacts_of(shared / "ref_mcq") / "icir_mcq_n5"
+    grid = icir_recomputed["grid"]
+    n_heads = grid.shape[1]
+    names = [f"L{i // n_heads:02d}H{i % n_heads:02d}" for i in range(grid.size)]
+    pointer = json.loads((folder / "pointer_r1.json").read_text())["grids"]["cattok"]
+    assert list(pointer) == names
+    np.testing.assert_allclose(list(pointer.values()), grid.ravel(), atol=1e-12)
+    arrays = load_file(str(folder / "pointer_r1.safetensors"))
+    np.testing.assert_allclose(arrays["pointer_r1"][0].numpy(), grid, atol=1e-12)
+    ranking = json.loads((folder / "pointer_ranking.json").read_text())
+    assert ranking["ranking"] == [names[i] for i in _ranking(grid)]
+    writer = load_file(str(folder / "writer_r1.safetensors"))["writer_r1"].numpy()
+    np.testing.assert_allclose(writer, icir_recomputed["writer"], atol=1e-9)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["pointer_top_head"] == names[_ranking(grid)[0]]
+    assert [head for head, _ in summary["top_pointer_heads"]] == [names[i] for i in _ranking(grid)[:10]]
+
+
+def _writer_votes(probes_dir, head_output: torch.Tensor, embeds: torch.Tensor) -> np.ndarray:
+    """Each probe's in-context vote by hand: argmax_i <norm(f o + b_f), norm(g e_i + b_g)> ([L*H])."""
+    tensors = {k: v.double() for k, v in load_file(str(probes_dir / "writer_probes.safetensors")).items()}
+    o = head_output.double().reshape(-1, head_output.shape[-1])
+    query = F.normalize(torch.einsum("nkd,nd->nk", tensors["f_weight"], o) + tensors["f_bias"], dim=-1)
+    keys = F.normalize(torch.einsum("nkd,id->nik", tensors["g_weight"], embeds.double()) + tensors["g_bias"][:, None], dim=-1)
+    return torch.einsum("nk,nik->ni", query, keys).argmax(dim=-1).numpy()
+
+
+def test_vhs_metrics_match_capture_heads(shared, tiny, icir_recomputed):
+    model, processor = tiny
+    docs = _load(shared / "vhs", "single_needle_n5")
+    probes = artifacts_of(shared / "ref_mcq") / "icir_mcq_n5" / "writer_probes"
+    targets = np.array([d["needle_positions"][0] for d in docs])
+    pointer_votes, writer_votes, correct, compliant = [], [], [], []
+    for d in docs:
+        capture = capture_heads(model, processor, d["prompt"], d["images"], tuple(d["cattok_char_span"]))
+        pointer_votes.append(capture.pointer[0].numpy().argmax(axis=-1))
+        writer_votes.append(_writer_votes(probes, capture.head_output[0], capture.image_embeds))
+        text = processor.apply_chat_template(conversation(split_prompt(d["prompt"], len(d["images"]))),
+                                             add_generation_prompt=True, tokenize=False)
+        inputs = processor(text=[text], images=[d["images"]], return_tensors="pt")
+        output = model.generate(**inputs, max_new_tokens=MAX_GEN_TOKS, do_sample=False)
+        response = processor.tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+        correct.append(is_correct(response, d["answer"]))
+        compliant.append(is_compliant(response))
+    pointer_votes = np.stack(pointer_votes)
+    writer_votes = np.stack(writer_votes).reshape(pointer_votes.shape)
+    grid = _grid(pointer_votes, targets)
+    writer_grid = _grid(writer_votes, targets)
+    icir_writer_ranking = _ranking(icir_recomputed["writer"])
+
+    got = _metrics(results_of(shared / "ref_vhs"), "vhs_single_n5")
+    assert got["acc"] == pytest.approx(np.mean(correct), abs=1e-12)
+    assert got["compliance"] == pytest.approx(np.mean(compliant), abs=1e-12)
+    assert got["pointer_r1"] == pytest.approx(grid.max(), abs=1e-12)
+    assert got["pointer_top_head"] == int(_ranking(grid)[0])
+    assert got["pointer_r1_median"] == pytest.approx(np.median(grid), abs=1e-12)
+    assert got["chance_r1"] == pytest.approx(0.2, abs=1e-12)
+    assert got["writer_r1"] == pytest.approx(writer_grid.max(), abs=1e-12)
+    # Votes use the rankings found on ICIR-MCQ, not VHs's own (§4.3, App. H).
+    pointer_curve = _majority_curve(pointer_votes, targets, _ranking(icir_recomputed["grid"]))
+    writer_curve = _majority_curve(writer_votes, targets, icir_writer_ranking)
+    for k in KS:
+        assert got[f"vote_r1@{k}"] == pytest.approx(pointer_curve[k], abs=1e-12), k
+        assert got[f"writer_vote_r1@{k}"] == pytest.approx(writer_curve[k], abs=1e-12), k
+
+
+def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path):
+    limit = 6
+    results = harness.evaluate(
+        ["icir_mcq"],
+        {"pretrained": str(shared / "model"), "image_budget": IMAGE_BUDGET},
+        metadata={"icir_mcq_data": str(shared / "mcq")},
+        output_path=tmp_path,
+        limit=limit,
+        device="cpu",
+        bootstrap_iters=0,
+    )
+    parts = [_captured(tiny, shared / "mcq", config, limit) for config in ("n5", "n6")]
+    docs = [d for part_docs, _ in parts for d in part_docs]
+    captures = [c for _, part_captures in parts for c in part_captures]
+    targets = np.array([d["target_position"] for d in docs])
+    grid = _grid(np.stack([c.pointer[0].numpy().argmax(axis=-1) for c in captures]), targets)
+    writer = fit_writer_probes(
+        torch.stack([c.head_output[0] for c in captures]),
+        torch.stack([c.image_embeds[t] for c, t in zip(captures, targets)]),
+        [d["probe_split"] for d in docs],
+        image_ids=[d["target_image_id"] for d in docs],
+        candidates=InContextCandidates.from_list([c.image_embeds for c in captures], targets),
+        progress=False,
+    )
+    group = results["groups"]["icir_mcq"]
+    assert group["pointer_r1,none"] == pytest.approx(grid.max(), abs=1e-12)
+    assert group["pointer_top_head,none"] == int(_ranking(grid)[0])
+    assert group["chance_r1,none"] == pytest.approx((1 / 5 + 1 / 6) / 2, abs=1e-12)
+    assert group["writer_r1,none"] == pytest.approx(writer.r1.max(), abs=1e-9)
+    summary = results["icir"]["summaries"]["icir_mcq"]
+    assert summary["n_docs"] == 2 * limit and summary["tasks"] == ["icir_mcq_n5", "icir_mcq_n6"]
+    artifacts = artifacts_of(tmp_path) / "icir_mcq"
+    assert json.loads((artifacts / "summary.json").read_text())["pointer_r1"] == summary["pointer_r1"]
+    assert (artifacts / "writer_probes" / "writer_probes.safetensors").is_file()

@@ -1,0 +1,74 @@
+"""`icir eval` refuses bad input with a clear `UserInputError` (exit status 2), before long computation."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import transformers
+from PIL import Image
+
+from harness.cli import main as icir_main
+from harness.eval_cli import run as eval_run
+from harness.tasks.utils import load_icir_mcq
+from icir_mcq.errors import UserInputError
+from lm_eval_helpers import build_shared, shared_root
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    return build_shared(shared_root(tmp_path_factory))
+
+
+def _eval(*argv: str) -> None:
+    eval_run(argparse.Namespace(lm_eval_args=list(argv)))
+
+
+def test_missing_dataset_folder(shared, monkeypatch, tmp_path):
+    monkeypatch.delenv("ICIR_MCQ_DATA", raising=False)
+    base = ["--tasks", "icir_mcq_n5", "--device", "cpu", "--model_args", f"pretrained={shared / 'model'}"]
+    with pytest.raises(UserInputError, match=r"no icir_mcq dataset folder given: pass --metadata icir_mcq_data=DIR"
+                                             r" to `icir eval`/lm-eval, or set ICIR_MCQ_DATA"):
+        _eval(*base)
+    missing = tmp_path / "no_such_folder"
+    with pytest.raises(UserInputError, match=f"icir_mcq dataset folder {missing} not found"):
+        _eval(*base, "--metadata", f"icir_mcq_data={missing}")
+
+
+def test_unsupported_architecture(tmp_path):
+    text_only = tmp_path / "llama"
+    transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, vocab_size=64).save_pretrained(text_only)
+    with pytest.raises(UserInputError, match=r"is a model_type 'llama'; hf-multimodal-heads captures heads of "
+                                             r"qwen3_vl, qwen2_5_vl, internvl, llava_onevision, llava_pixtral, gemma3"):
+        _eval("--tasks", "icir_mcq_n5", "--model_args", f"pretrained={text_only}")
+
+
+@pytest.mark.parametrize(
+    ("typo", "suggestion"),
+    [
+        ("icir_mcq_n55", "did you mean icir_mcq_n5 or icir_mcq_n6 or icir_mcq"),
+        ("vhs_singel_n10", "did you mean vhs_single_n10 or vhs_single_n100 or vhs_single_n1"),
+    ],
+)
+def test_task_name_typo(capsys, typo, suggestion):
+    assert icir_main(["eval", "--tasks", typo]) == 2
+    assert capsys.readouterr().err == f"icir eval: error: unknown task {typo!r}; {suggestion}?\n"
+
+
+def test_folder_without_embedded_images_needs_the_coco_root(shared, monkeypatch):
+    monkeypatch.delenv("ICIR_COCO_ROOT", raising=False)
+    with pytest.raises(UserInputError, match="--metadata coco_root=DIR or set ICIR_COCO_ROOT"):
+        load_icir_mcq("n5", icir_mcq_data=str(shared / "mcq_paths"))
+    coco = shared / "toy" / "coco"
+    paths = load_icir_mcq("n5", icir_mcq_data=str(shared / "mcq_paths"), coco_root=str(coco))["test"]
+    embedded = load_icir_mcq("n5", icir_mcq_data=str(shared / "mcq"))["test"]
+    for row in (0, 7):
+        assert paths[row]["prompt"] == embedded[row]["prompt"]
+        files = [Image.open(coco / name).tobytes() for name in paths[row]["image_files"]]
+        assert [im.tobytes() for im in paths[row]["images"]] == files
+        assert [im.tobytes() for im in embedded[row]["images"]] == files
+    with pytest.raises(UserInputError, match="has no config 'n7'"):
+        load_icir_mcq("n7", icir_mcq_data=str(shared / "mcq"))
