@@ -1,13 +1,15 @@
 """``icir demo --out DIR``: the main job on the embedded default data, start to end.
 
 Writes the toy corpus (rendered shapes in the COCO 2017 + MM-NIAH layout, plus Visual Haystacks
-question files over its images), builds both ICIR-MCQ configs and the VHs folder from it, and
-prints a summary.
+question files over its images), builds both ICIR-MCQ configs and the VHs folder from it, then
+runs ``icir eval`` with the default model on ``icir_mcq`` and ``vhs_single_n{2,5,10}``: lm-eval's
+table with the head metrics, the top pointer heads, and where the artifacts are.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from icir_mcq.build import build_icir_mcq
@@ -17,6 +19,9 @@ from vhs_adapter.build import build_vhs
 from vhs_adapter.toy_questions import write_toy_vhs_questions
 
 DEMO_VHS_SIZES = (2, 5, 10)
+DEMO_TASKS = ("icir_mcq", *(f"vhs_single_n{n}" for n in DEMO_VHS_SIZES))
+# The toy images are 64x64 px: a budget of 64 px keeps them at their size (a few visual tokens each).
+DEMO_IMAGE_BUDGET = 64
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -33,15 +38,28 @@ def run_demo(args: argparse.Namespace) -> int:
     vhs = build_vhs(questions.root, corpus.coco_root, args.out / "vhs", overwrite=True)
     print(vhs)
     print(f'load it with: datasets.load_dataset("{args.out / "vhs"}", "single_needle_n10")')
-    return 0
+    if args.no_eval:
+        return 0
+    from harness.cli import main
+
+    metadata = {"icir_mcq_data": str(args.out / "icir_mcq"), "vhs_data": str(args.out / "vhs")}
+    eval_argv = [
+        "eval", "--tasks", ",".join(DEMO_TASKS), "--device", "cpu", "--batch_size", "1",
+        "--model_args", f"image_budget={DEMO_IMAGE_BUDGET}", "--metadata", json.dumps(metadata),
+        "--gen_kwargs", f"max_gen_toks={args.max_gen_toks}", "--output_path", str(args.out / "eval"),
+    ]
+    print("\n$ icir " + " ".join(arg if " " not in arg else f"'{arg}'" for arg in eval_argv), flush=True)
+    return main(eval_argv)
 
 
 def register(subparsers) -> None:
     """Add ``demo`` to the ``icir`` command."""
-    demo = subparsers.add_parser("demo", help="build the toy corpus, ICIR-MCQ and VHs folders, print a summary")
+    demo = subparsers.add_parser("demo", help="build the toy ICIR-MCQ and VHs folders and evaluate the default model on them")
     demo.add_argument("--out", type=Path, default=Path("demo_out"), help="output folder (default demo_out)")
     demo.add_argument("--images", type=int, default=1000, help="toy corpus images (default 1000)")
     demo.add_argument("--samples", type=int, default=240, help="samples per ICIR-MCQ config (default 240)")
     demo.add_argument("--vhs-questions", type=int, default=40, help="VHs questions per haystack size (default 40)")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--max-gen-toks", type=int, default=16, help="VHs answer length cap (default 16)")
+    demo.add_argument("--no-eval", action="store_true", help="build the folders only")
     demo.set_defaults(func=run_demo)
