@@ -21,6 +21,7 @@ TARGET_BUILD_SECONDS = 60.0
 
 
 def main() -> None:
+    """Write the toy corpus, build both configs from it, print seconds per stage (see module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=120_000)
     parser.add_argument("--samples", type=int, default=3000, help="per config")

@@ -152,6 +152,7 @@ def time_variants(lengths, repeats: int, eager_max_gib: float) -> dict[tuple[str
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Time every variant in this process, measure memory in subprocesses, print the table and ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096, 8192], help="prompt tokens (about)")
     parser.add_argument("--repeats", type=int, default=7, help="timed rounds per length")

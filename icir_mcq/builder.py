@@ -16,6 +16,7 @@ from pathlib import Path
 import datasets
 
 from icir_mcq.coco_index import load_coco
+from icir_mcq.errors import UserInputError
 from icir_mcq.features import icir_features
 from icir_mcq.hub_folder import SPLIT
 from icir_mcq.images import with_images
@@ -66,12 +67,14 @@ class IcirMcqBuilder(datasets.GeneratorBasedBuilder):
         )
 
     def _split_generators(self, dl_manager) -> list[datasets.SplitGenerator]:
+        # Checked here, not in _generate_examples, where datasets would wrap the error.
+        if self.config.coco_root is None or not self.config.mmniah_files:
+            raise UserInputError("IcirMcqBuilder needs coco_root=... (a COCO 2017 root) and mmniah_files=[...] "
+                                 "(MM-NIAH retrieval-image.jsonl files)")
         return [datasets.SplitGenerator(name=SPLIT)]
 
     def _generate_examples(self):
         config = self.config
-        if config.coco_root is None or not config.mmniah_files:
-            raise ValueError("IcirMcqBuilder needs coco_root=... and mmniah_files=[...]")
         index = load_coco(config.coco_root)
         records, _ = sample_configs(index, load_contexts(config.mmniah_files), [config.name], config.samples,
                                     config.seed, config.categories, config.max_passage_chars)

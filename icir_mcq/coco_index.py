@@ -53,7 +53,15 @@ def annotation_path(coco_root: Path, kind: str, split: str) -> Path:
     return coco_root / "annotations" / f"{kind}_{split}.json"
 
 
-def _load(path: Path, required: tuple[str, ...]) -> COCO:
+def read_coco_file(path: Path, required: tuple[str, ...]) -> COCO:
+    """One COCO annotation file read by ``pycocotools.coco.COCO`` (its progress lines silenced).
+
+    ``required`` names the top-level keys that must hold lists (``images``, ``annotations``...).
+
+    Raises:
+        UserInputError: the file is missing, is not JSON, has a record pycocotools cannot index,
+            or lacks a required list; the message names the file.
+    """
     if not path.is_file():
         raise UserInputError(
             f"missing COCO annotation file {path}; --coco must be a COCO 2017 root holding "
@@ -99,7 +107,7 @@ def load_coco(coco_root: str | Path) -> CocoIndex:
     captions: dict[int, list[str]] = {}
     for split in COCO_SPLITS:
         path = annotation_path(root, "instances", split)
-        instances = _load(path, ("images", "annotations", "categories"))
+        instances = read_coco_file(path, ("images", "annotations", "categories"))
         record = None
         try:
             for record in instances.dataset["categories"]:
@@ -118,7 +126,7 @@ def load_coco(coco_root: str | Path) -> CocoIndex:
                 image_categories.setdefault(image_id, set()).add(category_id)
 
         path = annotation_path(root, "captions", split)
-        captions_coco = _load(path, ("images", "annotations"))
+        captions_coco = read_coco_file(path, ("images", "annotations"))
         _check_known(path, "image", set(captions_coco.imgToAnns), set(instances.imgs))
         try:
             for image_id, annotations in captions_coco.imgToAnns.items():

@@ -239,7 +239,12 @@ class ConfigSampler:
         raise AssertionError("skip_reason admitted a category without a usable context")
 
     def sample(self, served: list[int], samples: int) -> list[dict]:
-        """``samples`` records (without the ``images`` field) over the ``served`` category ids."""
+        """``samples`` records (without the ``images`` field) over the ``served`` category ids.
+
+        Raises:
+            UserInputError: the captions of the drawn categories are too repetitive to give four
+                distinct options for ``_MAX_DRAWS`` targets in a row.
+        """
         positions = self.rng.permutation(np.repeat(np.arange(self.n), samples // self.n)).tolist()
         letters = self.rng.permutation(np.repeat(np.arange(len(LETTERS)), samples // len(LETTERS))).tolist()
         eval_rows = set(self.rng.choice(samples, samples // EVAL_DIVISOR, replace=False).tolist())

@@ -28,6 +28,8 @@ from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, option_line_span, render
 from icir_mcq.sampling import EVAL_DIVISOR, n_choices_of, normalise_option
 
 BUILD_INFO = "build_info.json"
+# The build_info.json entries the validator reads (all written by icir_mcq.build).
+_INFO_KEYS = ("coco_root", "mmniah_files", "configs", "samples", "embed_images", "max_passage_chars")
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class _ImageDigests:
         self._digests: dict[str, str | None] = {}
 
     def digest(self, relative: str) -> str | None:
+        """Hex sha256 of ``coco_root/relative``, or None when there is no such file."""
         if relative not in self._digests:
             path = self.coco_root / relative
             self._digests[relative] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
@@ -169,7 +172,10 @@ def _card_configs(folder: Path) -> list[str] | None:
     if not card.is_file():
         return None
     parts = card.read_text(encoding="utf-8").split("---\n", 2)
-    front = yaml.safe_load(parts[1]) if len(parts) == 3 else None
+    try:
+        front = yaml.safe_load(parts[1]) if len(parts) == 3 else None
+    except yaml.YAMLError:
+        return None  # reported as a card that does not declare the configs
     return [c.get("config_name") for c in front.get("configs", [])] if isinstance(front, dict) else None
 
 
@@ -180,13 +186,20 @@ def validate_icir_mcq(folder: str | Path, coco_root: str | Path | None = None,
     ``coco_root`` / ``mmniah_files`` default to the paths recorded in ``build_info.json``.
 
     Raises:
-        UserInputError: ``folder`` has no ``build_info.json``, or COCO/MM-NIAH cannot be read.
+        UserInputError: ``folder`` has no readable ``build_info.json`` with the keys the build
+            writes, or COCO/MM-NIAH cannot be read.
     """
     folder = Path(folder)
     info_path = folder / BUILD_INFO
     if not info_path.is_file():
         raise UserInputError(f"{folder} is not an ICIR-MCQ folder: {BUILD_INFO} is missing")
-    info = json.loads(info_path.read_text(encoding="utf-8"))
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+        missing = [key for key in _INFO_KEYS if key not in info]
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as err:
+        raise UserInputError(f"{info_path} is not the JSON object a build writes ({err}); rebuild the folder") from err
+    if missing:
+        raise UserInputError(f"{info_path} lacks {', '.join(missing)}; rebuild the folder with icir build-mcq")
     coco_root = Path(coco_root or info["coco_root"])
     index = load_coco(coco_root)
     contexts = {c.source_id: c for c in load_contexts(mmniah_files or info["mmniah_files"])}

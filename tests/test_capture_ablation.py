@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -109,6 +110,25 @@ def test_ablation_through_generation_zeroes_decode_steps_only_when_asked(setup, 
     assert all(bool(torch.all(step == 0)) == through_generation for step in seen[1:])
 
 
+def test_one_span_per_batch_row_equals_ablating_each_row_alone(setup):
+    model, _, _ = setup
+    processor = build_tiny("qwen3_vl", seed=2)[1]
+    requests = [CaptureRequest(PROMPT, random_images(2, seed=seed), None) for seed in (5, 6)]
+    batch, _ = encode_requests(processor, requests, int(model.config.image_token_id))
+    spans = [(20, None), (np.int64(10), np.int64(30))]
+    with ablate_heads(model, ["L01H00", (2, 3)], spans):
+        together = _logits(model, batch)
+    for row, span in enumerate(spans):
+        alone_inputs, _ = encode_requests(processor, requests[row : row + 1], int(model.config.image_token_id))
+        with ablate_heads(model, ["L01H00", (2, 3)], span):
+            alone = _logits(model, alone_inputs)
+        torch.testing.assert_close(together[row], alone[0], atol=1e-5, rtol=0)
+        assert not torch.allclose(alone, _logits(model, alone_inputs))
+    with pytest.raises(UserInputError, match="3 ablation spans given for a batch of 2"):
+        with ablate_heads(model, [(0, 0)], [(0, None)] * 3):
+            _logits(model, batch)
+
+
 def test_bad_heads_are_user_errors(setup):
     model, _, _ = setup
     with pytest.raises(UserInputError, match="outside"):
@@ -116,4 +136,7 @@ def test_bad_heads_are_user_errors(setup):
             pass
     with pytest.raises(UserInputError, match="LxxHyy"):
         with ablate_heads(model, ["layer2head1"]):
+            pass
+    with pytest.raises(UserInputError, match=r"cannot ablate head \(2,\)"):
+        with ablate_heads(model, [(2,)]):
             pass

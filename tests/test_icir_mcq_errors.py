@@ -171,3 +171,11 @@ def test_cli_prints_one_line_and_exits_2(toy_corpus_copy, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and not out.exists()
     assert err.startswith("icir build-mcq: error: missing COCO annotation file") and "Traceback" not in err
+
+
+def test_generator_builder_without_inputs(tmp_path):
+    from icir_mcq.builder import IcirMcqBuilder
+
+    builder = IcirMcqBuilder(config_name="n5", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(UserInputError, match=r"needs coco_root=\.\.\. .* and mmniah_files"):
+        builder.download_and_prepare()

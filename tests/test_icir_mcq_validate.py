@@ -137,6 +137,12 @@ def test_validate_cli_exit_codes(valid_folders, tmp_path, capsys):
     assert main(["validate-mcq", str(copy)]) == 1
     assert "test-00000-of-00001.parquet is missing" in capsys.readouterr().out
     assert main(["validate-mcq", str(tmp_path / "nothing")]) == 2
+    (copy / "build_info.json").write_text("{not json")
+    assert main(["validate-mcq", str(copy)]) == 2
+    assert "build_info.json is not the JSON object a build writes" in capsys.readouterr().err
+    (copy / "build_info.json").write_text('{"configs": ["n5"]}')
+    assert main(["validate-mcq", str(copy)]) == 2
+    assert "build_info.json lacks coco_root, mmniah_files, samples" in capsys.readouterr().err
 
 
 def test_build_refuses_to_publish_a_folder_with_violations(toy_corpus, tmp_path, monkeypatch):

@@ -132,6 +132,52 @@ def test_chunking_does_not_change_the_fit():
     assert not torch.equal(reseeded.probes.g_weight, reference.probes.g_weight)
 
 
+def reference_single_head_fit(x, targets, split, init, config):
+    """One head fit the textbook way (Eq. 5, App. D): two ``nn.Linear`` probes, InfoNCE over the
+    in-batch targets, ``torch.optim.Adam``, the best epoch by pool R@1 on the eval samples."""
+    f, g = torch.nn.Linear(x.shape[1], config.proj_dim), torch.nn.Linear(targets.shape[1], config.proj_dim)
+    with torch.no_grad():
+        for module, weight, bias in ((f, init.f_weight[0], init.f_bias[0]), (g, init.g_weight[0], init.g_bias[0])):
+            module.weight.copy_(weight)
+            module.bias.copy_(bias)
+    optimizer = torch.optim.Adam([*f.parameters(), *g.parameters()], lr=config.lr)
+    train = torch.tensor([i for i, label in enumerate(split) if label == "train"])
+    evaluation = torch.tensor([i for i, label in enumerate(split) if label == "eval"])
+    order = torch.Generator().manual_seed(config.seed)
+    best_r1, best = -1.0, None
+    for _ in range(config.epochs):
+        permutation = torch.randperm(train.numel(), generator=order)
+        for begin in range(0, train.numel(), config.batch_size):
+            batch = train[permutation[begin : begin + config.batch_size]]
+            queries = torch.nn.functional.normalize(f(x[batch]), dim=-1)
+            keys = torch.nn.functional.normalize(g(targets[batch]), dim=-1)
+            loss = torch.nn.functional.cross_entropy(queries @ keys.T / config.temperature, torch.arange(batch.numel()))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            scores = torch.nn.functional.normalize(f(x[evaluation]), dim=-1) @ torch.nn.functional.normalize(
+                g(targets[evaluation]), dim=-1).T
+            r1 = (scores.argmax(dim=1) == torch.arange(evaluation.numel())).double().mean().item()
+        if r1 > best_r1:
+            best_r1, best = r1, [p.detach().clone() for p in (f.weight, f.bias, g.weight, g.bias)]
+    return best_r1, best
+
+
+def test_batched_fit_equals_a_textbook_single_head_fit():
+    head_output, targets, split, _, _ = planted_data(n_train=160, n_eval=60, seed=4)
+    config = WriterProbeConfig(proj_dim=16, batch_size=48, epochs=3, seed=2)
+    fit = fit_writer_probes(head_output, targets, split, config=config, progress=False)
+    for layer, head in [PLANTED, (0, 3)]:
+        flat = layer * N_HEADS + head
+        init = WriterProbes.initialise([flat], N_LAYERS, N_HEADS, HEAD_DIM, D_MODEL, config.proj_dim, config.seed)
+        r1, weights = reference_single_head_fit(torch.from_numpy(head_output[:, layer, head]),
+                                                torch.from_numpy(targets), split, init, config)
+        assert fit.r1[layer, head] == pytest.approx(r1)
+        for batched, reference in zip(fit.probes.subset([flat]).parameters(), weights):
+            torch.testing.assert_close(batched[0], reference, atol=2e-5, rtol=1e-4)
+
+
 def test_save_load_round_trip_scores_identically(tmp_path, data, fit):
     head_output, targets, split, ids, candidates = data
     folder = fit.probes.save(tmp_path / "probes")
@@ -158,6 +204,17 @@ def test_save_load_round_trip_scores_identically(tmp_path, data, fit):
         fit.probes.save(folder)
     with pytest.raises(UserInputError, match="not found"):
         WriterProbes.load(tmp_path / "missing")
+    (folder / "writer_probes.json").write_text("{broken")
+    with pytest.raises(UserInputError, match=r"writer_probes\.json is not valid JSON"):
+        WriterProbes.load(folder)
+    (folder / "writer_probes.json").write_text('{"format": "writer-probes/1", "n_layers": 2}')
+    with pytest.raises(UserInputError, match=r"writer_probes\.json lacks n_heads, head_dim"):
+        WriterProbes.load(folder)
+    damaged = tmp_path / "damaged"
+    fit.probes.save(damaged)
+    (damaged / "writer_probes.safetensors").write_bytes(b"\x10not safetensors")
+    with pytest.raises(UserInputError, match=r"writer_probes\.safetensors is not a readable safetensors file"):
+        WriterProbes.load(damaged)
 
 
 def test_held_out_test_part():
@@ -179,6 +236,10 @@ def test_bad_input_is_rejected(data):
         fit_writer_probes(head_output, targets, split, config=WriterProbeConfig(in_context_negatives=True))
     with pytest.raises(UserInputError, match="target_embeds must be"):
         fit_writer_probes(head_output, targets[:10], split)
+    with pytest.raises(UserInputError, match=r"epochs must be at least 1, got 0; temperature must be positive"):
+        WriterProbeConfig(epochs=0, temperature=0.0)
+    with pytest.raises(UserInputError, match=r"test_fraction must be in \[0, 1\), got 1.0"):
+        WriterProbeConfig(test_fraction=1.0)
     with pytest.raises(UserInputError, match="target index 3 is outside its 2"):
         InContextCandidates.from_list([np.zeros((2, 4))], [3])
     with pytest.raises(UserInputError, match="padding after"):

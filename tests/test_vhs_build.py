@@ -226,6 +226,18 @@ def test_bad_input_is_a_clear_error_and_leaves_nothing(case, vhs_qa, toy_coco_ro
     assert sorted(p.name for p in tmp_path.iterdir()) == ["VHs_qa"]
 
 
+def test_unreadable_embedded_image_is_a_clear_error(vhs_qa, toy_coco_root, tmp_path):
+    coco = tmp_path / "coco"
+    shutil.copytree(toy_coco_root, coco)
+    needle = _source_entries(vhs_qa, "single_needle_n1")[0]["pos_image"][0]
+    (coco / needle).write_bytes(b"not a jpeg")
+    with pytest.raises(UserInputError, match=rf"unreadable image file .*{re.escape(needle)}"):
+        build_vhs(vhs_qa, coco, tmp_path / "out", sizes=[1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["coco"]
+    paths_only = build_vhs(vhs_qa, coco, tmp_path / "paths", sizes=[1], embed_images=False)
+    assert paths_only.rows == {"single_needle_n1": PER_SIZE}
+
+
 def test_skip_unparsable_counts_the_skipped_entries(vhs_qa, toy_coco_root, tmp_path):
     copy = tmp_path / "VHs_qa"
     shutil.copytree(vhs_qa, copy)

@@ -100,3 +100,13 @@ def test_bad_arguments_are_user_errors(toy_coco_root, tmp_path, kwargs, message)
 def test_missing_annotations_name_the_file(tmp_path):
     with pytest.raises(UserInputError, match=r"instances_train2017\.json not found"):
         write_toy_vhs_questions(tmp_path, tmp_path / "out")
+
+
+def test_malformed_annotations_name_the_file(tmp_path):
+    corpus = write_toy_corpus(tmp_path / "toy", 20, seed=0, image_files=False)
+    path = corpus.coco_root / "annotations" / "instances_val2017.json"
+    path.write_text(path.read_text()[:100])
+    expected = r"malformed COCO annotation file .*instances_val2017\.json: not valid JSON"
+    with pytest.raises(UserInputError, match=expected):
+        write_toy_vhs_questions(corpus.coco_root, tmp_path / "out")
+    assert not (tmp_path / "out" / "VHs_qa").exists()

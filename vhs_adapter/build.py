@@ -16,9 +16,9 @@ from tqdm import tqdm
 
 from icir_mcq.errors import UserInputError
 from icir_mcq.hub_folder import atomic_output_dir, render_card, write_config
+from icir_mcq.images import read_image_bytes
 from vhs_adapter.haystack import DEFAULT_SEED, build_haystack, resolve_image
 from vhs_adapter.question_files import (
-    DEFAULT_SIZES,
     DEFAULT_SUBSET,
     SizeFile,
     VHsEntry,
@@ -87,12 +87,13 @@ def build_vhs(
     """Build the VHs folder at ``out`` from ``vhs_dir`` (the ``VHs_qa`` folder) and ``coco_root``.
 
     ``sizes`` picks haystack sizes (1 = the oracle file); by default every size of
-    ``DEFAULT_SIZES`` that has a file. ``limit`` keeps the first ``limit`` entries of each file.
+    ``question_files.DEFAULT_SIZES`` that has a file. ``limit`` keeps the first ``limit`` entries of each file.
     Questions matching no template raise, or are skipped and counted with ``skip_unparsable``.
     The folder is written to a temporary sibling and renamed, so a failure leaves nothing.
 
     Raises:
-        UserInputError: missing folder, size file or image, malformed file or entry, unparsable
+        UserInputError: missing folder, size file or image, an embedded image PIL cannot read,
+            malformed file or entry, unparsable
             question (without ``skip_unparsable``), or ``out`` exists without ``overwrite``.
     """
     vhs_dir, coco_root, out = Path(vhs_dir), Path(coco_root), Path(out)
@@ -154,7 +155,8 @@ def _records(
             "source_index": entry.index,
             "n_images": len(paths),
             "images": (
-                [{"bytes": path.read_bytes(), "path": rel} for path, rel in zip(paths, haystack.image_files)]
+                [{"bytes": read_image_bytes(path.parent, path.name), "path": rel}
+                 for path, rel in zip(paths, haystack.image_files)]
                 if embed_images
                 else list(haystack.image_files)
             ),

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-IMAGE_PLACEHOLDER = "<image>"
+from icir_mcq.prompt import IMAGE_PLACEHOLDER
 # The reference toolkit's instruction (vhs_benchmark solvers/base_solver.py), verbatim.
 TOOLKIT_PREFIX = "You are given a set of images. Please answer the following question in Yes or No: "
 

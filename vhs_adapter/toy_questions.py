@@ -17,15 +17,14 @@ VHs. ``VHs_small`` holds a balanced subset of about half the single-needle quest
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from pycocotools.coco import COCO
 
+from icir_mcq.coco_index import COCO_SPLITS, annotation_path, read_coco_file
 from icir_mcq.errors import UserInputError
 from icir_mcq.hub_folder import atomic_output_dir
 from vhs_adapter.question_files import MULTI_NEEDLE, SINGLE_NEEDLE, DEFAULT_SUBSET, size_file_name
@@ -36,7 +35,6 @@ DEFAULT_PER_SIZE = 20
 MULTI_NEEDLE_MIN_SIZE = 5
 MULTI_NEEDLE_COUNTS = (2, 3)
 SMALL_SUBSET = "VHs_small"
-COCO_SPLITS = ("train2017", "val2017")
 
 
 @dataclass(frozen=True)
@@ -52,10 +50,16 @@ class _Corpus:
         self.images = images
         self.categories = sorted(set().union(*(image.categories for image in images)))
         self._holders = {category: [image for image in images if category in image.categories] for category in self.categories}
+        # Counted once: the multi-needle options ask for every (anchor, target) pair several times.
+        self._together = Counter((a, b) for image in images for a in image.categories for b in image.categories)
 
     def holders(self, category: str) -> list[_Image]:
         """The images annotated with ``category``, in corpus order."""
         return self._holders[category]
+
+    def together(self, anchor: str, target: str) -> int:
+        """How many images are annotated with both ``anchor`` and ``target``."""
+        return self._together[anchor, target]
 
     def fillers(self, anchor: str, count: int, rng: np.random.Generator) -> tuple[str, ...]:
         """``count`` distinct images without the anchor category, in random order."""
@@ -159,11 +163,10 @@ def _load_corpus(coco_root: Path) -> _Corpus:
     """Every image of both splits with the names of its annotated categories (crowd included)."""
     images = []
     for split in COCO_SPLITS:
-        path = coco_root / "annotations" / f"instances_{split}.json"
+        path = annotation_path(coco_root, "instances", split)
         if not path.is_file():
             raise UserInputError(f"{path} not found; {coco_root} must hold the COCO 2017 annotations/ folder")
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
-            coco = COCO(str(path))
+        coco = read_coco_file(path, ("images", "annotations", "categories"))
         names = {category["id"]: category["name"] for category in coco.loadCats(coco.getCatIds())}
         for image_id in sorted(coco.getImgIds()):
             categories = frozenset(names[ann["category_id"]] for ann in coco.imgToAnns[image_id])
@@ -276,7 +279,7 @@ def _multi_needle_options(
         for target in corpus.categories:
             if target == anchor:
                 continue
-            holding_max = sum(target in image.categories for image in holders)
+            holding_max = corpus.together(anchor, target)
             for holding in range(n_needles + 1):
                 supplied = holding <= holding_max and n_needles - holding <= len(holders) - holding_max
                 if supplied and _multi_answer(quantifier, holding, n_needles) == answer:

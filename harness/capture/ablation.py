@@ -26,8 +26,10 @@ def parse_heads(heads: Iterable[HeadRef], n_layers: int, n_heads: int) -> dict[i
     for ref in heads:
         try:
             layer, head = parse_head_name(ref) if isinstance(ref, str) else (int(ref[0]), int(ref[1]))
-        except ValueError as err:
-            raise UserInputError(f"cannot ablate head {ref!r}: {err}") from err
+        except (ValueError, TypeError, IndexError) as err:
+            raise UserInputError(
+                f"cannot ablate head {ref!r}: {err}; give (layer, head) pairs or LxxHyy names"
+            ) from err
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise UserInputError(f"head {ref!r} is outside the model's {n_layers} layers x {n_heads} heads")
         by_layer.setdefault(layer, []).append(head)
@@ -76,7 +78,8 @@ def ablate_heads(
     modules = attention_modules(model, adapter)
     n_heads = model.config.get_text_config().num_attention_heads
     by_layer = parse_heads(heads, len(modules), n_heads)
-    spans = [token_span] if isinstance(token_span[0], int) else list(token_span)
+    # One span is a pair of token indices (numpy/torch integers too); several are a sequence of pairs.
+    spans = list(token_span) if isinstance(token_span[0], (tuple, list)) else [token_span]
 
     def make_hook(layer_heads: list[int], head_dim: int):
         def zero_heads(_module, args):

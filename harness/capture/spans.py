@@ -17,8 +17,7 @@ from collections.abc import Sequence
 import torch
 
 from icir_mcq.errors import UserInputError
-
-IMAGE_PLACEHOLDER = "<image>"
+from icir_mcq.prompt import IMAGE_PLACEHOLDER
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,7 +70,11 @@ class InContextCandidates:
 
     @classmethod
     def from_list(cls, embeds: Sequence[Any], target_index: Sequence[int]) -> InContextCandidates:
-        """Pad a list of per-sample ``[N_s, d_model]`` arrays/tensors; ``target_index`` is ``[S]``."""
+        """Pad a list of per-sample ``[N_s, d_model]`` arrays/tensors; ``target_index`` is ``[S]``.
+
+        Raises ``UserInputError`` for an empty list, a count mismatch, differing ``d_model``, or a
+        target outside its sample's images.
+        """
         if len(embeds) == 0 or len(embeds) != len(target_index):
             raise UserInputError(
                 f"got {len(embeds)} candidate lists and {len(target_index)} target indices; "

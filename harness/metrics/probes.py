@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import safetensors
 import safetensors.torch
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ FORMAT = "writer-probes/1"
 WEIGHTS_FILE = "writer_probes.safetensors"
 SETTINGS_FILE = "writer_probes.json"
 PARAMETER_NAMES = ("f_weight", "f_bias", "g_weight", "g_bias")
+_SETTINGS_KEYS = ("n_layers", "n_heads", "head_dim", "d_model", "proj_dim", "heads")
 # Fixed block sizes for scoring: they bound memory, and being fixed keep results identical.
 ROW_BLOCK = 256
 HEAD_BLOCK = 16
@@ -250,6 +252,10 @@ class WriterProbes:
 
         Returns:
             float32 CPU ``[S', n, N_max]``; padding entries are ``-inf``.
+
+        Raises:
+            UserInputError: head outputs not ``[S, L, H, d_h]`` of these probes, or candidates not
+                ``[S', N_max, d_model]``.
         """
         self._check_head_output(head_output)
         rows = np.arange(head_output.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
@@ -343,18 +349,31 @@ class WriterProbes:
     def load(cls, path: str | os.PathLike) -> WriterProbes:
         """Read probes written by :meth:`save`.
 
-        Raises ``UserInputError`` naming the folder when a file is missing, the format is not
-        ``writer-probes/1``, or a tensor does not match the settings.
+        Raises ``UserInputError`` naming the folder when a file is missing or unreadable, the
+        format is not ``writer-probes/1``, a setting is missing, or a tensor does not match the
+        settings.
         """
         path = Path(path)
         weights, settings_path = path / WEIGHTS_FILE, path / SETTINGS_FILE
         for file in (weights, settings_path):
             if not file.is_file():
                 raise UserInputError(f"{file} not found; point at a folder written by WriterProbes.save")
-        settings = json.loads(settings_path.read_text())
-        if settings.get("format") != FORMAT:
-            raise UserInputError(f"{settings_path}: format {settings.get('format')!r} is not {FORMAT!r}")
-        tensors = safetensors.torch.load_file(str(weights))
+        try:
+            settings = json.loads(settings_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UserInputError(f"{settings_path} is not valid JSON ({err}); save the probes again") from err
+        if not isinstance(settings, dict) or settings.get("format") != FORMAT:
+            found = settings.get("format") if isinstance(settings, dict) else settings
+            raise UserInputError(f"{settings_path}: format {found!r} is not {FORMAT!r}")
+        missing = [key for key in _SETTINGS_KEYS if key not in settings]
+        if missing:
+            raise UserInputError(f"{settings_path} lacks {', '.join(missing)}; save the probes again")
+        try:
+            tensors = safetensors.torch.load_file(str(weights))
+        except (safetensors.SafetensorError, OSError) as err:
+            raise UserInputError(
+                f"{weights} is not a readable safetensors file ({err}); save the probes again"
+            ) from err
         missing = [name for name in PARAMETER_NAMES if name not in tensors]
         if missing:
             raise UserInputError(f"{weights} lacks tensors {missing}")

@@ -96,6 +96,7 @@ def correlation(x: np.ndarray, y: np.ndarray, method: str = "pearson", axis: int
     Spearman is Pearson on average ranks (ties share their mean rank), as
     ``scipy.stats.spearmanr`` computes it; Pearson matches ``scipy.stats.pearsonr``. A constant
     input gives NaN. Used for single values and for batches of bootstrap resamples.
+    Raises ``UserInputError`` for a method other than "pearson" / "spearman".
     """
     if method not in CORRELATION_METHODS:
         raise UserInputError(f"unknown correlation method {method!r}; use one of {CORRELATION_METHODS}")

@@ -67,6 +67,20 @@ class WriterProbeConfig:
     in_context_negatives: bool = False
     test_fraction: float = 0.0
 
+    def __post_init__(self) -> None:
+        """Raise ``UserInputError`` for settings no fit can run with."""
+        problems = [
+            f"{name} must be at least 1, got {getattr(self, name)}"
+            for name in ("proj_dim", "batch_size", "epochs")
+            if getattr(self, name) < 1
+        ]
+        problems += [f"{name} must be positive, got {getattr(self, name)}"
+                     for name in ("lr", "temperature") if not getattr(self, name) > 0]
+        if not 0 <= self.test_fraction < 1:
+            problems.append(f"test_fraction must be in [0, 1), got {self.test_fraction}")
+        if problems:
+            raise UserInputError("bad writer-probe settings: " + "; ".join(problems))
+
 
 @dataclass
 class WriterFit:
