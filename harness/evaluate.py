@@ -142,7 +142,7 @@ def format_summaries(summaries: dict[str, dict], artifacts_dir: str | os.PathLik
         )
         lines.extend(f"    note: {note}" for note in s["notes"])
     if artifacts_dir is not None:
-        lines.append(f"Artifacts (grids, rankings, top-K lists, writer probes): {artifacts_dir}")
+        lines.append(f"Artifacts (grids, rankings, top-K lists, writer probes, plots): {artifacts_dir}")
     return "\n".join(lines)
 
 

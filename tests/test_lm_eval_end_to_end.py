@@ -143,6 +143,8 @@ def test_icir_mcq_artifacts_hold_the_grids(shared, icir_recomputed):
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["pointer_top_head"] == names[_ranking(grid)[0]]
     assert [head for head, _ in summary["top_pointer_heads"]] == [names[i] for i in _ranking(grid)[:10]]
+    for figure in ("pointer_r1_grid.png", "writer_r1_grid.png", "pointer_vs_writer.png", "vote_r1.png"):
+        assert (folder / figure).read_bytes().startswith(b"\x89PNG"), figure
 
 
 def _writer_votes(probes_dir, head_output: torch.Tensor, embeds: torch.Tensor) -> np.ndarray:

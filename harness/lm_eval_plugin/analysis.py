@@ -41,6 +41,9 @@ from icir_mcq.errors import UserInputError
 
 REF_KEYS = ("store", "task", "doc_id", "heads_ranking", "writer_probes")
 
+# Below this many eval images, writer R@1 (chance 1/pool) says little; the paper's pool is 1,200.
+MEANINGFUL_POOL = 100
+
 
 @dataclass
 class HeadAnalysis:
@@ -223,6 +226,11 @@ def _fit_writer(analysis: HeadAnalysis, items: Sequence[dict], targets: np.ndarr
     analysis.writer_r1 = analysis.writer_fit.r1
     analysis.writer_ranking_source = "writer probes fit in this run"
     analysis.notes.append(analysis.writer_fit.note)
+    if analysis.writer_fit.pool_size < MEANINGFUL_POOL:
+        analysis.notes.append(
+            f"the writer pool holds only {analysis.writer_fit.pool_size} images (the paper's holds 1,200): "
+            "writer R@1 on so small a pool is not comparable to published values"
+        )
 
 
 def _score_writer(analysis: HeadAnalysis, items: Sequence[dict], targets: np.ndarray, probes_dir: str) -> None:

@@ -1,6 +1,7 @@
-"""Artifacts of a run, written next to lm-eval's results: grids, rankings, top-K lists, probes.
+"""Artifacts of a run, written next to lm-eval's results: grids, rankings, top-K lists, probes, plots.
 
-One folder per task (and per pooled group), JSON and safetensors only (data, never code)::
+One folder per task (and per pooled group); data in JSON and safetensors only (never code), plus
+PNG figures of the same numbers (`harness.plots`)::
 
     summary.json             table metrics, top pointer/writer heads (LxxHyy, R@1), sources, notes
     pointer_r1.json          {position: {LxxHyy: R@1}} for every readout position, chance
@@ -11,6 +12,10 @@ One folder per task (and per pooled group), JSON and safetensors only (data, nev
     writer_r1.safetensors    "writer_r1" [L, H] float64
     writer_ranking.json      the writer ranking
     writer_probes/           the fitted probes (ICIR-MCQ; `WriterProbes.save`); writer_probes=DIR
+    pointer_r1_grid.png      layer x head pointer R@1 heatmap at the reported position (Figure 4)
+    vote_r1.png              vote R@1 over K, pointer and (VHs with probes) writer ranking (Figure 6)
+    writer_r1_grid.png       layer x head writer R@1 heatmap (Figure 5), when writer R@1 exists
+    pointer_vs_writer.png    per-head pointer vs writer R@1, top-100 set membership (Figure 2), idem
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from harness.heads import head_name
 from harness.lm_eval_plugin.analysis import HeadAnalysis
 from harness.lm_eval_plugin.rankings_io import ranking_document, write_json
 from harness.metrics.rankings import grid_by_name, head_ranking, ranking_names
+from harness.plots import plot_head_grid, plot_pointer_vs_writer, plot_vote_curves
 
 TOP_K = 10
 
@@ -102,4 +108,23 @@ def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str) -> Path:
         write_json(folder / "writer_ranking.json", ranking_document(analysis.writer_r1, "writer", positions[0]))
     if analysis.writer_fit is not None:
         analysis.writer_fit.probes.save(folder / "writer_probes", overwrite=True)
+    _write_plots(analysis, folder, name)
     return folder
+
+
+def _write_plots(analysis: HeadAnalysis, folder: Path, name: str) -> None:
+    """The PNG figures of the module docstring (writer figures only when writer R@1 exists)."""
+    at = f"R@1 at {analysis.positions[0]}"
+    plot_head_grid(analysis.table_grid, folder / "pointer_r1_grid.png", f"{name}: pointer {at}", analysis.chance)
+    curves = {"pointer ranking": analysis.vote_r1}
+    if analysis.writer_vote_r1 is not None:
+        curves["writer ranking"] = analysis.writer_vote_r1
+    plot_vote_curves(curves, folder / "vote_r1.png", analysis.chance)
+    if analysis.writer_r1 is None:
+        return
+    # Pool R@1 (ICIR-MCQ) has chance 1/pool size; in-context writer R@1 (VHs) shares the pointer's mean(1/N).
+    writer_chance = analysis.writer_fit.chance if analysis.writer_fit else analysis.chance
+    plot_head_grid(analysis.writer_r1, folder / "writer_r1_grid.png", f"{name}: writer {at}", writer_chance)
+    plot_pointer_vs_writer(
+        analysis.table_grid, analysis.writer_r1, folder / "pointer_vs_writer.png", pointer_chance=analysis.chance
+    )

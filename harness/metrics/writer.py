@@ -125,7 +125,7 @@ class WriterFit:
         if self.selection_split == self.report_split:
             return (
                 f"checkpoints selected on the same '{self.report_split}' samples that writer R@1 is "
-                "reported on, as in the paper (App. D); set test_fraction > 0 for a held-out test part"
+                "reported on, as in the paper (App. D); WriterProbeConfig(test_fraction=...) holds out a test part"
             )
         return (
             f"checkpoints selected on '{self.selection_split}', "
