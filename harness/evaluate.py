@@ -184,12 +184,14 @@ def evaluate(
 
     import harness.lm_eval_plugin  # noqa: F401  (registers the model with lm-eval)
     from harness.lm_eval_plugin.analysis import clear_analyses
+    from harness.tasks.utils import check_data_folders
 
     model_args = parse_model_args(model_args)
     if model == MODEL_NAME:
         model_args = with_defaults(model_args, output_path)
     manager = task_manager(model_args | (metadata or {}), include_path)
     names = check_task_names(tasks, manager.all_tasks)
+    check_data_folders(names, model_args | (metadata or {}))
     clear_analyses()
     results = lm_eval.simple_evaluate(
         model=model, model_args=model_args, tasks=names, task_manager=manager, **simple_evaluate_kwargs

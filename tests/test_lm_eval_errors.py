@@ -35,15 +35,21 @@ def test_missing_dataset_folder(shared, monkeypatch, tmp_path):
     missing = tmp_path / "no_such_folder"
     with pytest.raises(UserInputError, match=f"icir_mcq dataset folder {missing} not found"):
         _eval(*base, "--metadata", f"icir_mcq_data={missing}")
+    # Checked before the model loads: a model folder that does not exist is never reached.
+    no_model = ["--tasks", "vhs_single_n5", "--device", "cpu", "--model_args", f"pretrained={tmp_path / 'no_model'}"]
+    monkeypatch.delenv("ICIR_VHS_DATA", raising=False)
+    with pytest.raises(UserInputError, match=r"no vhs dataset folder given: pass --metadata vhs_data=DIR"):
+        _eval(*no_model)
 
 
-def test_unsupported_architecture(tmp_path):
+def test_unsupported_architecture(shared, tmp_path):
     text_only = tmp_path / "llama"
     transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                              num_attention_heads=2, vocab_size=64).save_pretrained(text_only)
     with pytest.raises(UserInputError, match=r"is a model_type 'llama'; hf-multimodal-heads captures heads of "
                                              r"qwen3_vl, qwen2_5_vl, internvl, llava_onevision, llava_pixtral, gemma3"):
-        _eval("--tasks", "icir_mcq_n5", "--model_args", f"pretrained={text_only}")
+        _eval("--tasks", "icir_mcq_n5", "--model_args", f"pretrained={text_only}",
+              "--metadata", f"icir_mcq_data={shared / 'mcq'}")
 
 
 @pytest.mark.parametrize(

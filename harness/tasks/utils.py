@@ -47,6 +47,21 @@ def _folder(kind: str, given: str | None, env: str) -> Path:
     return folder
 
 
+def check_data_folders(task_names: list[str], metadata: dict) -> None:
+    """Check, before any model is loaded, that every named task's dataset folder is given and exists.
+
+    ``icir_mcq*`` tasks need ``icir_mcq_data`` (or ``ICIR_MCQ_DATA``), ``vhs*`` tasks ``vhs_data``
+    (or ``ICIR_VHS_DATA``). lm-eval builds its tasks only after loading the model, which for a real
+    LVLM takes minutes; this check moves the same errors in front of it.
+
+    Raises:
+        UserInputError: a folder is not given, missing, or has no dataset card.
+    """
+    for kind, env in (("icir_mcq", "ICIR_MCQ_DATA"), ("vhs", "ICIR_VHS_DATA")):
+        if any(name.startswith(kind) for name in task_names):
+            _folder(kind, metadata.get(f"{kind}_data"), env)
+
+
 def _cache_dir(folder: Path) -> Path:
     """A datasets cache folder for exactly this folder's files (path, size and mtime of each).
 
