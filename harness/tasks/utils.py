@@ -34,7 +34,12 @@ def _vote_items(item: dict, ranking: str) -> dict:
     return {f"{prefix}vote_r1@{k}": {**item, "vote": [ranking, k]} for k in VOTE_KS}
 
 
-def _folder(kind: str, given: str | None, env: str) -> Path:
+# Dataset kind -> the environment variable that names its folder when --metadata does not.
+DATA_FOLDER_ENV = {"icir_mcq": "ICIR_MCQ_DATA", "vhs": "ICIR_VHS_DATA"}
+
+
+def _folder(kind: str, given: str | None) -> Path:
+    env = DATA_FOLDER_ENV[kind]
     value = given or os.environ.get(env)
     if not value:
         raise UserInputError(
@@ -57,9 +62,9 @@ def check_data_folders(task_names: list[str], metadata: dict) -> None:
     Raises:
         UserInputError: a folder is not given, missing, or has no dataset card.
     """
-    for kind, env in (("icir_mcq", "ICIR_MCQ_DATA"), ("vhs", "ICIR_VHS_DATA")):
+    for kind in DATA_FOLDER_ENV:
         if any(name.startswith(kind) for name in task_names):
-            _folder(kind, metadata.get(f"{kind}_data"), env)
+            _folder(kind, metadata.get(f"{kind}_data"))
 
 
 def _cache_dir(folder: Path) -> Path:
@@ -119,7 +124,7 @@ def load_icir_mcq(icir_config: str, icir_mcq_data: str | None = None, coco_root:
         UserInputError: no folder given, a folder without a dataset card, an unknown config, or
             (``--no-embed-images`` folders) no COCO root / a missing image file.
     """
-    return _load_config(_folder("icir_mcq", icir_mcq_data, "ICIR_MCQ_DATA"), icir_config, coco_root)
+    return _load_config(_folder("icir_mcq", icir_mcq_data), icir_config, coco_root)
 
 
 def load_vhs(vhs_config: str, vhs_data: str | None = None, coco_root: str | None = None, **_metadata):
@@ -128,7 +133,7 @@ def load_vhs(vhs_config: str, vhs_data: str | None = None, coco_root: str | None
     Raises:
         UserInputError: as `load_icir_mcq`.
     """
-    return _load_config(_folder("vhs", vhs_data, "ICIR_VHS_DATA"), vhs_config, coco_root)
+    return _load_config(_folder("vhs", vhs_data), vhs_config, coco_root)
 
 
 def process_icir_mcq(doc: dict, results: list) -> dict:
