@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = (
     "vhs_adapter.cli",
     "harness.eval_cli",
     "harness.demo",
+    "harness.demo_model.cli",
 )
 
 

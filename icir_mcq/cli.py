@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from icir_mcq.build import build_icir_mcq
+from icir_mcq.toy.worlds import WORLDS
 from icir_mcq.validate import validate_icir_mcq
 
 MAX_PRINTED_VIOLATIONS = 50
@@ -19,7 +20,7 @@ def _toy_corpus(args: argparse.Namespace) -> int:
     from icir_mcq.toy import write_toy_corpus
 
     corpus = write_toy_corpus(args.out, args.images, seed=args.seed, image_files=not args.no_image_files,
-                              overwrite=args.overwrite)
+                              overwrite=args.overwrite, world=args.world)
     print(f"toy corpus in {corpus.root}: {corpus.n_train} train2017 + {corpus.n_val} val2017 images "
           f"({'with' if corpus.image_files else 'without'} image files), {corpus.n_instances} instances, "
           f"{corpus.n_captions} captions, {corpus.n_contexts} MM-NIAH contexts")
@@ -75,6 +76,9 @@ def register(subparsers) -> None:
     toy.add_argument("--images", type=int, default=2000, help="number of images (default 2000)")
     toy.add_argument("--seed", type=int, default=0)
     toy.add_argument("--no-image-files", action="store_true", help="write annotations only, no JPEGs")
+    toy.add_argument("--world", choices=sorted(WORLDS), default="standard",
+                     help="standard: 17 categories, COCO-like partial captions (default); demo: the demo model's "
+                          "world, 9 categories each in its own colour, complete captions")
     toy.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     toy.add_argument("--vhs-sizes", type=lambda text: [int(n) for n in _comma_list(text)], default=[1, 2, 3, 5, 10],
                      help="haystack sizes N of the Visual Haystacks question files written into OUT/VHs_qa "

@@ -29,6 +29,7 @@ from icir_mcq.toy.documents import make_record
 from icir_mcq.toy.render import crowd_rle, render_image
 from icir_mcq.toy.scenes import instance_polygons, sample_scenes
 from icir_mcq.toy.shapes import BACKGROUNDS, CATEGORIES
+from icir_mcq.toy.worlds import get_world
 
 SPLITS = ("train2017", "val2017")
 VAL_FRACTION = 0.04  # COCO 2017: 5,000 of 123,287 images
@@ -72,18 +73,21 @@ def _dump(path: Path, obj: dict) -> None:
 
 
 def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files: bool = True,
-                     image_size: int = 64, overwrite: bool = False) -> ToyCorpus:
+                     image_size: int = 64, overwrite: bool = False, world: str = "standard") -> ToyCorpus:
     """Generate a toy COCO 2017 + MM-NIAH corpus of ``n_images`` images under ``out``.
 
     Each image is ``image_size`` px square with 1-3 coloured shapes (categories in
-    ``icir_mcq.toy.shapes.CATEGORIES``) and 3-5 captions. About 4% of the images (at least one
+    ``icir_mcq.toy.shapes.CATEGORIES``) and 3-5 captions, drawn from the toy `world`
+    (``icir_mcq.toy.worlds.WORLDS``: "standard" or "demo"). About 4% of the images (at least one
     when ``n_images >= 2``) go to val2017. Same ``seed`` gives byte-identical files; the
     annotation files do not depend on ``image_files``. Written atomically (temporary folder,
     then rename).
 
     Raises:
-        UserInputError: ``n_images < 1``, ``seed < 0``, or ``out`` exists and ``overwrite`` is False.
+        UserInputError: ``n_images < 1``, ``seed < 0``, an unknown `world`, or ``out`` exists and
+            ``overwrite`` is False.
     """
+    spec = get_world(world)
     if n_images < 1 or seed < 0:
         raise UserInputError(f"--images must be at least 1 and --seed at least 0, got {n_images} and {seed}")
     rng = np.random.default_rng(seed)
@@ -91,7 +95,7 @@ def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files:
     n_val = max(1, round(n_images * VAL_FRACTION)) if n_images >= 2 else 0
     is_val = np.zeros(n_images, dtype=bool)
     is_val[rng.choice(n_images, size=n_val, replace=False)] = True
-    scenes = sample_scenes(n_images, rng, image_size)
+    scenes = sample_scenes(n_images, rng, image_size, spec)
     polygons, bboxes, areas = instance_polygons(scenes)
     capture_seconds = rng.integers(0, 3 * 365 * 86400, size=n_images)
 
@@ -99,7 +103,7 @@ def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files:
     first, counts = scenes.first_instance.tolist(), scenes.n_shapes.tolist()
     category_of, colour_of = scenes.category.tolist(), scenes.colour.tolist()
     captions = [
-        caption_image(caption_rng, category_of[f:f + k], colour_of[f:f + k], background)
+        caption_image(caption_rng, category_of[f:f + k], colour_of[f:f + k], background, spec.complete_captions)
         for f, k, background in zip(first, counts, scenes.background.tolist())
     ]
     document_rng = random.Random(f"{seed}:documents")
@@ -139,7 +143,8 @@ def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files:
             info = {"description": "ICIR-MCQ toy corpus: synthetic shapes in the COCO 2017 format",
                     "url": "", "version": "1.0", "year": 2017, "contributor": "image-retrieval-heads",
                     "date_created": "2017/09/01"}
-            categories = [{"supercategory": c.supercategory, "id": c.id, "name": c.name} for c in CATEGORIES]
+            categories = [{"supercategory": CATEGORIES[k].supercategory, "id": CATEGORIES[k].id, "name": CATEGORIES[k].name}
+                          for k in spec.categories]
             _dump(annotations_dir / f"instances_{split}.json",
                   {"info": info, "licenses": LICENSES, "images": images, "annotations": instances,
                    "categories": categories})

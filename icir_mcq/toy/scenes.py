@@ -11,9 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from icir_mcq.toy.shapes import BACKGROUNDS, CATEGORIES, SHAPE_COLOURS
+from icir_mcq.toy.worlds import WorldSpec
 
 SHAPES_PER_IMAGE = np.array([1, 2, 3])
-SHAPES_PER_IMAGE_P = np.array([0.3, 0.4, 0.3])
 REPEAT_CATEGORY_P = 0.35  # a later shape copies an earlier shape's category: plurals in captions
 REPEAT_COLOUR_P = 0.5  # ...and then also its colour: "two red stars"
 CROWD_P = 0.01  # occasional iscrowd=1 instance with an RLE mask, as COCO has
@@ -40,20 +40,22 @@ class Scenes:
     iscrowd: np.ndarray  # [m] bool
 
 
-def sample_scenes(n_images: int, rng: np.random.Generator, image_size: int) -> Scenes:
-    """Place 1-3 non-overlapping shapes per ``image_size`` x ``image_size`` image.
+def sample_scenes(n_images: int, rng: np.random.Generator, image_size: int, world: WorldSpec) -> Scenes:
+    """Place 1-3 non-overlapping shapes of `world`'s categories per ``image_size`` x ``image_size`` image.
 
-    A single shape may use the whole canvas; several shapes each get a distinct quadrant of a
-    2x2 grid, so no shape occludes another and each polygon is exactly the drawn region.
+    The number of shapes follows ``world.shapes_per_image_p``; each shape has its category's fixed
+    colour when ``world.category_colours`` is set. A single shape may use the whole canvas; several
+    shapes each get a distinct quadrant of a 2x2 grid, so no shape occludes another and each
+    polygon is exactly the drawn region. Returns ``Scenes`` of ``n_images`` images.
     """
-    n_shapes = rng.choice(SHAPES_PER_IMAGE, size=n_images, p=SHAPES_PER_IMAGE_P)
+    n_shapes = rng.choice(SHAPES_PER_IMAGE, size=n_images, p=np.array(world.shapes_per_image_p))
     first_instance = np.concatenate([[0], np.cumsum(n_shapes)[:-1]]).astype(np.int64)
     background = rng.integers(len(BACKGROUNDS), size=n_images)
     image_of = np.repeat(np.arange(n_images), n_shapes)
     m = int(n_shapes.sum())
     slot = np.arange(m) - first_instance[image_of]
 
-    category = rng.integers(len(CATEGORIES), size=m)
+    category = np.asarray(world.categories)[rng.integers(len(world.categories), size=m)]
     colour = rng.integers(len(SHAPE_COLOURS), size=m)
     repeat = rng.random(m) < REPEAT_CATEGORY_P
     repeat_colour = rng.random(m) < REPEAT_COLOUR_P
@@ -64,6 +66,12 @@ def sample_scenes(n_images: int, rng: np.random.Generator, image_size: int) -> S
         category[copy] = category[source]
         same_colour = copy & repeat_colour
         colour[same_colour] = colour[first_instance[image_of[same_colour]] + source_slot[same_colour]]
+    # Free colours are drawn in every world, so the standard world's random stream (and its
+    # files) stays what it was before worlds existed; fixed colours then replace them.
+    if world.category_colours is not None:
+        fixed = np.zeros(len(CATEGORIES), dtype=np.int64)
+        fixed[list(world.categories)] = world.category_colours
+        colour = fixed[category]
 
     # Quadrant per shape: the first k entries of a random permutation of the 4 quadrants.
     quadrants = np.argsort(rng.random((n_images, 4)), axis=1)[image_of, slot]

@@ -1,0 +1,241 @@
+"""The shipped demo model on a fresh toy draw (issue 7), and the parts that make and measure it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from harness.capture import CaptureRequest
+from harness.capture.inputs import encode_requests
+from harness.cli import build_parser
+from harness.demo_model.architecture import build_model, build_processor, fan_in_init
+from harness.demo_model.checkpoint import TRAINING_RECORD, load_demo_model, train_and_save
+from harness.demo_model.data import (
+    BACKGROUND_PROMPT,
+    MCQ,
+    NAMING,
+    OPTIONS,
+    SHAPE_PROMPT,
+    VHS,
+    PixelCache,
+    collate,
+    encode_records,
+    naming_records,
+    option_records,
+)
+from harness.demo_model.evaluate import (
+    VHS_CHOICES,
+    ablated_accuracies,
+    ablation_budget,
+    evaluate_demo,
+    evaluation_draw,
+    run_task,
+)
+from harness.demo_model.train import Pool, Stage, TrainingRecipe, train_demo_model
+from harness.tiny_models.parts import TextSizes
+from icir_mcq.mentions import category_pattern
+from icir_mcq.errors import UserInputError
+from icir_mcq.prompt import LETTERS
+
+WORLD_SEED = 777_001
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny forwards on a busy 2-core machine (tiny_models_findings.md)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def draw(tmp_path_factory):
+    return evaluation_draw(tmp_path_factory.mktemp("demo-eval") / "toy", mcq_samples=40, vhs_questions=40,
+                           world_images=400, seed=WORLD_SEED)
+
+
+@pytest.fixture(scope="module")
+def demo(draw):
+    """An untrained demo-architecture model (2 layers x 4 heads) with a tokenizer fitted to `draw`."""
+    processor = build_processor([r.prompt.replace("<image>", "") for r in draw.mcq + draw.vhs], vocab_size=400)
+    sizes = TextSizes.from_overrides(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4)
+    return build_model(processor, sizes, seed=0).eval(), processor
+
+
+def test_evaluation_figures_follow_from_the_pointer_grid_and_the_ablations(demo, draw):
+    model, processor = demo
+    evaluation = evaluate_demo(model, processor, draw)
+    summary = evaluation.summary()
+    assert evaluation.pointer_r1.shape == (2, 4) and evaluation.chance_r1 == pytest.approx(0.2)
+    assert len(evaluation.top_heads) == ablation_budget(2, 4) == 2
+    best = sorted(((-evaluation.pointer_r1[l, h], l, h) for l in range(2) for h in range(4)))[:2]
+    assert evaluation.top_heads == [f"L{l:02d}H{h:02d}" for _, l, h in best]
+    assert summary["ablation_separation"] == pytest.approx(
+        round(sum(evaluation.random_accuracy) / 3 - evaluation.top_accuracy, 4), abs=1e-4)
+    run = run_task(model, processor, draw.world, draw.mcq)
+    assert summary["icir_mcq_n5_accuracy"] == round(run.accuracy, 4)
+    assert (evaluation.n_mcq, evaluation.n_vhs) == (40, 40)
+
+
+# --- the measurement itself, checked against independent computations ---------------------------------
+
+def _plain_answer(model, processor, world, record, choices):
+    """The restricted argmax from a plain processor call and forward, without the capture engine."""
+    from harness.capture.spans import conversation, split_prompt
+
+    text = processor.apply_chat_template(conversation(split_prompt(record.prompt, len(record.image_files))),
+                                         add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[world.image(f) for f in record.image_files], return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**inputs).logits[0, -1]
+    ids = [processor.tokenizer.convert_tokens_to_ids(choice) for choice in choices]
+    return choices[int(logits[ids].argmax())]
+
+
+def test_task_accuracy_agrees_with_a_plain_forward(demo, draw):
+    model, processor = demo
+    for records, choices in ((draw.mcq[:6], LETTERS), (draw.vhs[:6], VHS_CHOICES)):
+        run = run_task(model, processor, draw.world, records)
+        plain = [_plain_answer(model, processor, draw.world, r, choices) in r.answers for r in records]
+        assert run.correct.tolist() == plain
+        assert run.pointer.shape[-1] == 5
+
+
+def test_ablating_no_head_gives_the_unablated_accuracy(demo, draw):
+    model, processor = demo
+    records = draw.mcq[:16]
+    unablated = run_task(model, processor, draw.world, records).accuracy
+    assert ablated_accuracies(model, processor, draw.world, records, [[]]) == [unablated]
+
+
+def test_training_inputs_equal_what_the_capture_engine_feeds_the_model(demo, draw):
+    model, processor = demo
+    records = draw.mcq[:3] + draw.vhs[:3]
+    pixels = PixelCache(processor, draw.world, [f for r in records for f in r.image_files])
+    ours = collate(encode_records(processor, records, pixels), pixels, processor.tokenizer.pad_token_id,
+                   model.config.image_token_id)
+    requests = [CaptureRequest(r.prompt, [draw.world.image(f) for f in r.image_files]) for r in records]
+    theirs, layouts = encode_requests(processor, requests, model.config.image_token_id)
+    for key in ("input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"):
+        assert torch.equal(ours[key], theirs[key].to(ours[key].dtype)), key
+    assert ours["last"].tolist() == [layout.last for layout in layouts]
+    assert [processor.tokenizer.convert_ids_to_tokens(row) for row in ours["answers"].tolist()] == [
+        list(r.answers) for r in records]
+
+
+def test_evaluation_records_carry_their_spans(draw):
+    for mcq in draw.mcq[:20]:
+        category = re.search(r"that contains (.+?)\? Answer", mcq.prompt).group(1)
+        start, end = mcq.cattok_char_span
+        assert start > mcq.prompt.rindex("\nD) ") and category_pattern(category).fullmatch(mcq.prompt[start:end])
+        assert mcq.prompt[mcq.ablation_start_char:].startswith("Which caption best describes")
+        assert mcq.task == MCQ and len(mcq.answers) == 1 and mcq.answers[0] in LETTERS and 0 <= mcq.target < 5
+    for vhs in draw.vhs[:20]:
+        anchor = vhs.prompt[vhs.ablation_start_char:vhs.cattok_char_span[1]]
+        assert re.search(rf"For the image with an? {re.escape(anchor)}, is there", vhs.prompt)
+        assert vhs.task == VHS and vhs.prompt.count("<image>") == 5
+    assert sorted(r.answers for r in draw.vhs) == [("No",)] * 20 + [("Yes",)] * 20
+
+
+def test_warm_up_records_answer_from_the_annotations(draw):
+    index = draw.world.index
+    by_file = {file: image for image, file in index.image_files.items()}
+    naming = naming_records(draw.world, 40, seed=1)
+    assert len({r.image_files for r in naming}) == 40
+    for record in naming:
+        image = by_file[record.image_files[0]]
+        if record.prompt == SHAPE_PROMPT:
+            assert set(record.answers) == {index.categories[c] for c in index.image_categories[image]}
+        else:
+            assert record.prompt == BACKGROUND_PROMPT and len(record.answers) == 1
+            assert all(f" {record.answers[0]} " in f" {caption} " for caption in index.captions[image])
+    options = option_records(draw.world, 40, seed=1)
+    assert [r.answers[0] for r in options] == list(LETTERS) * 10
+    for record in options:
+        category = re.match(r"Which caption mentions (.+?)\?", record.prompt).group(1)
+        captions = record.prompt.split("\n")[1:]
+        naming_it = [c[0] for c in captions if category_pattern(category).search(c)]
+        assert naming_it == [record.answers[0]] and record.image_files == ()
+
+
+# --- how a checkpoint is made ------------------------------------------------------------------------
+
+def test_fan_in_init_scales_each_weight_by_its_fan_in():
+    layers = nn.Sequential(nn.Linear(400, 300), nn.Embedding(500, 64), nn.Conv3d(3, 32, (2, 16, 16)))
+    fan_in_init(layers, seed=3)
+    assert layers[0].weight.std().item() == pytest.approx(400**-0.5, rel=0.05)
+    assert layers[0].bias.abs().sum().item() == 0
+    assert layers[1].weight.std().item() == pytest.approx(1.0, rel=0.05)
+    assert layers[2].weight.std().item() == pytest.approx((3 * 2 * 16 * 16) ** -0.5, rel=0.05)
+
+
+def _tiny_recipe() -> TrainingRecipe:
+    return TrainingRecipe(
+        world_images=240,
+        pools=(Pool(OPTIONS, 0, 20), Pool(NAMING, 1, 20), Pool(VHS, 2, 40), Pool(MCQ, 2, 40)),
+        stages=(Stage(1, {f"{OPTIONS}-n0": 0.5, f"{NAMING}-n1": 0.5}),
+                Stage(2, {f"{VHS}-n2": 0.5, f"{MCQ}-n2": 0.5})),
+        validation=(Pool(MCQ, 2, 20),),
+        validate_every=3,
+        batch_size=4,
+        sizes=TextSizes.from_overrides(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2),
+        vocab_size=400,
+    )
+
+
+@pytest.mark.slow
+def test_train_and_save_writes_a_loadable_documented_checkpoint(tmp_path):
+    summary = train_and_save(tmp_path / "ckpt", seed=5, recipe=_tiny_recipe(), evaluation_samples=20)
+    folder = tmp_path / "ckpt"
+    assert {"model.safetensors", "config.json", "tokenizer.json", TRAINING_RECORD, "TRAINING.md"} <= {
+        p.name for p in folder.iterdir()}
+    assert not [p for p in tmp_path.iterdir() if p.name != "ckpt"]  # no temporary folder left
+    record = json.loads((folder / TRAINING_RECORD).read_text())
+    assert record["command"] == f"icir demo-model train --out {folder} --seed 5" and record["seed"] == 5
+    assert record["evaluation"] == summary["evaluation"] and record["evaluation"]["samples"] == {"icir_mcq": 20, "vhs": 20}
+    assert (folder / "TRAINING.md").read_text().count(record["command"]) == 1
+    assert [row["step"] for row in record["history"]] == [3]
+    model, processor = load_demo_model(folder)
+    assert type(model).__name__ == "Qwen3VLForConditionalGeneration" and len(processor.tokenizer) == model.config.text_config.vocab_size
+
+
+def test_load_demo_model_names_a_folder_that_is_not_a_checkpoint(tmp_path):
+    with pytest.raises(UserInputError, match="not a demo checkpoint folder"):
+        load_demo_model(tmp_path)
+
+
+@pytest.mark.slow
+def test_same_seed_trains_the_same_weights_and_another_seed_does_not(tmp_path):
+    runs = [train_demo_model(seed, tmp_path / f"run{k}", _tiny_recipe()) for k, seed in enumerate((5, 5, 6))]
+    first, second, other = (run.model.state_dict() for run in runs)
+    assert first.keys() == second.keys() == other.keys()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    assert not all(torch.equal(first[k], other[k]) for k in first)
+    untimed = [[{k: v for k, v in row.items() if k != "seconds"} for row in run.history] for run in runs[:2]]
+    assert untimed[0] == untimed[1] and len(untimed[0]) == 1
+
+
+def test_build_model_is_seeded():
+    processor = build_processor(["For the image with a circle, is there a star?"] * 3, vocab_size=300)
+    sizes = _tiny_recipe().sizes
+    weights = [build_model(processor, sizes, seed).lm_head.weight for seed in (1, 1, 2)]
+    assert torch.equal(weights[0], weights[1]) and not torch.equal(weights[0], weights[2])
+
+
+def test_answer_words_are_single_tokens():
+    extra = ("circle", "triangle", "white", "light")
+    processor = build_processor(["For the image with a circle, is there a star?"] * 3, vocab_size=300,
+                                answer_words=extra)
+    for word in (*LETTERS, *VHS_CHOICES, *extra):
+        assert len(processor.tokenizer.encode(word, add_special_tokens=False)) == 1
+
+
+def test_cli_registers_demo_model_train():
+    args = build_parser().parse_args(["demo-model", "train", "--out", "ckpt", "--seed", "3"])
+    assert (str(args.out), args.seed, args.overwrite) == ("ckpt", 3, False)
+    assert callable(args.func)
+
