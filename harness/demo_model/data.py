@@ -9,12 +9,16 @@ fresh one, so the two never share an image. Both tasks are drawn by the project'
 - Visual Haystacks single needle (§4.3, App. A) with `vhs_adapter.toy_questions` and
   `vhs_adapter.build.build_vhs` (seeded haystacks, anchor/cattok spans, toolkit prompt).
 
-A third, single-image task warms up perception before the two benchmarks (the feature-alignment
-stage LVLMs are trained with first): *naming*, "<image> Name a shape in the picture." answered
-with the name of any category in the image, and "<image> Name the background colour." answered
-with the first word of the background's name. Without it the answer-token signal of
-Yes/No and letter answers is too weak to shape the vision tower in minutes; with it, VHs N=1 is
-learned in a few hundred steps.
+Two warm-up tasks come before the benchmarks, both scored on the answer token only:
+
+- *naming* (single image; the feature-alignment stage LVLMs are trained with first): "<image>
+  Name a shape in the picture." answered with the name of any category in the image, and "<image>
+  Name the background colour." answered with the first word of the background's name. Without
+  it the answer-token signal of Yes/No and letter answers is too weak to shape the vision tower
+  in minutes; with it, VHs N=1 is learned in a few hundred steps;
+- *option finding* (text only): "Which caption mentions <category>?" over four captions, answered
+  with the letter of the one that does: binding a letter to its option, which ICIR-MCQ needs and
+  which the model does not find from ICIR-MCQ alone within thousands of steps.
 
 All become `TaskRecord`s; `encode_records` turns records into token ids the way the capture
 engine's processor call does (chat template, one run of image tokens per image), without
@@ -56,15 +60,16 @@ IMAGE_TOKEN = "<|image_pad|>"
 
 @dataclasses.dataclass(frozen=True)
 class TaskRecord:
-    """One ICIR-MCQ or VHs single-needle sample, as the demo model sees it.
+    """One training or evaluation sample, as the demo model sees it.
 
     Attributes:
-        task: ``MCQ``, ``VHS`` or ``NAMING``.
+        task: ``MCQ``, ``VHS``, ``NAMING`` or ``OPTIONS``.
         prompt: the stored prompt, one ``<image>`` placeholder per image.
         image_files: image paths relative to the world's COCO root, in context order.
-        answers: every correct answer token's text: one letter A-D (MCQ), "Yes" or "No" (VHs), or
-            the name of each category in the image (naming).
-        target: 0-based position of the target (MCQ) or needle (VHs) image.
+        answers: every correct answer token's text: one letter A-D (MCQ, option finding), "Yes" or
+            "No" (VHs), the name of each category in the image or the background word (naming).
+        target: 0-based position of the target (MCQ) or needle (VHs) image (0 for naming; the
+            answer's option index for option finding).
         cattok_char_span: half-open character span of `prompt` whose last character is the cattok
             (§3.2: the category's final mention, in option D; §4.3: the anchor phrase's last word).
         ablation_start_char: first character of the ablated question span (MCQ: the question
@@ -181,12 +186,17 @@ def option_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
     captions of four different images, exactly one of which shows the category (answer: its letter,
     balanced over A-D by cycling). Warms up what ICIR-MCQ needs besides retrieval: reading the four
     options and answering with the letter of the one that matches.
+
+    Raises:
+        ValueError: 64 draws per record did not find enough image quadruples with such a category.
     """
     index = world.index
     images = sorted(index.image_categories)
     rng = np.random.default_rng([seed, 5])
-    records = []
-    while len(records) < count:
+    records: list[TaskRecord] = []
+    for _ in range(64 * count):
+        if len(records) == count:
+            break
         picked = [int(i) for i in rng.choice(images, size=4, replace=False)]
         answer = len(records) % 4
         others = set().union(*(index.image_categories[i] for k, i in enumerate(picked) if k != answer))
@@ -198,6 +208,9 @@ def option_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
         prompt = OPTIONS_QUESTION.format(category=category) + "".join(
             f"\n{letter}) {caption}" for letter, caption in zip(LETTERS, captions))
         records.append(TaskRecord(OPTIONS, prompt, (), (LETTERS[answer],), answer, (0, 0), 0))
+    if len(records) < count:
+        raise ValueError(f"drew only {len(records)} of {count} option-finding records: the world's images "
+                         "rarely have a category the three others lack")
     return records
 
 
