@@ -17,8 +17,10 @@ draw" = 200 ICIR-MCQ n5 samples and 200 VHs N=5 questions of the evaluation worl
   its best pointer head finds the target 0.37 of the time at the ICIR-MCQ cattok (0.47 at the VHs
   anchor; median 0.24); top-3 versus random ablation separation 0.045;
 - option finding alone reaches 0.76-0.83 after 900-1,350 steps, and ICIR-MCQ n2 then climbs to
-  0.49 in 1,200 further steps; with every stage in one 2,800-step recipe (17 min) the fresh draw
-  gave ICIR-MCQ n5 0.195, VHs N=5 0.58, best pointer head 0.285.
+  0.49 in 1,200 further steps and levels off at 0.55-0.60 after 3,000 (26 min, batch 32 or 16):
+  past the time budget, this model size stops short of the target even at N=2; with every stage
+  in one 2,800-step recipe (17 min) the fresh draw gave ICIR-MCQ n5 0.195, VHs N=5 0.58, best
+  pointer head 0.285.
 
 The issue's targets (ICIR-MCQ n5 0.90, VHs N=5 0.80, best pointer head 0.90 with the median
 below 0.40, ablation separation 0.15) are out of reach within 15 minutes so far.
