@@ -239,3 +239,10 @@ def test_cli_registers_demo_model_train():
     assert (str(args.out), args.seed, args.overwrite) == ("ckpt", 3, False)
     assert callable(args.func)
 
+
+
+def test_recipe_refuses_pools_whose_draw_seeds_would_collide():
+    pools = tuple(Pool(VHS, n, 10) for n in range(1, 10))
+    with pytest.raises(ValueError, match="validation draws would repeat training draws"):
+        TrainingRecipe(pools=pools, validation=(Pool(MCQ, 5, 20), Pool(VHS, 5, 20)))
+    assert len(TrainingRecipe(pools=pools[:8]).pools) == 8  # 8 + 2 validation pools: seeds 0-7 and 8, 9

@@ -23,7 +23,7 @@ from icir_mcq.errors import UserInputError
 from icir_mcq.hub_folder import config_data_path
 from icir_mcq.toy import CATEGORIES, write_toy_corpus
 from icir_mcq.toy.shapes import BACKGROUNDS, SHAPE_COLOURS
-from icir_mcq.toy.worlds import _DEMO, get_world
+from icir_mcq.toy.worlds import DEMO_CATEGORY_COLOURS, get_world
 
 SPLITS = ("train2017", "val2017")
 ANNOTATION_FILES = [f"{kind}_{split}.json" for kind in ("instances", "captions") for split in SPLITS]
@@ -51,7 +51,7 @@ BACKGROUND_WORDS = {name: _words(name) for name, _ in BACKGROUNDS}
 def _group_pattern(name: str) -> re.Pattern:
     """A count word, the category's fixed colour, then its name or plural."""
     nouns = f"{re.escape(name)}|{re.escape(PLURAL[name])}"
-    return re.compile(rf"\b({COUNT_ALTERNATION}) {re.escape(_DEMO[name])} ({nouns})\b", re.IGNORECASE)
+    return re.compile(rf"\b({COUNT_ALTERNATION}) {re.escape(DEMO_CATEGORY_COLOURS[name])} ({nouns})\b", re.IGNORECASE)
 
 
 class World:
@@ -102,12 +102,12 @@ def demo_world(tmp_path_factory) -> World:
 
 def test_demo_world_lists_exactly_its_nine_categories(demo_world):
     by_name = {c.name: c for c in CATEGORIES}
-    expected = {(by_name[name].id, name, by_name[name].supercategory) for name in _DEMO}
+    expected = {(by_name[name].id, name, by_name[name].supercategory) for name in DEMO_CATEGORY_COLOURS}
     assert len(expected) == 9
     for split in SPLITS:
         listed = demo_world.category_lists[split]
         assert len(listed) == 9 and {(c["id"], c["name"], c["supercategory"]) for c in listed} == expected
-    assert set().union(*demo_world.counts.values()) == set(_DEMO)  # every one occurs, no other
+    assert set().union(*demo_world.counts.values()) == set(DEMO_CATEGORY_COLOURS)  # every one occurs, no other
     shapes_per_image = Counter(sum(c.values()) for c in demo_world.counts.values())
     assert set(shapes_per_image) == {1, 2, 3}
     # p = (0.2, 0.4, 0.4) over 3,000 images: the standard deviation of each share is under 0.01.
@@ -117,15 +117,15 @@ def test_demo_world_lists_exactly_its_nine_categories(demo_world):
 def test_every_shape_is_drawn_in_its_categorys_fixed_colour(demo_world):
     assert len(demo_world.instance_colours) == sum(sum(c.values()) for c in demo_world.counts.values())
     for name, median in demo_world.instance_colours:
-        expected = np.array(COLOUR_RGB[_DEMO[name]])
+        expected = np.array(COLOUR_RGB[DEMO_CATEGORY_COLOURS[name]])
         assert np.abs(median - expected).max() <= JPEG_TOLERANCE, (name, median, expected)
-        assert _nearest(SHAPE_COLOURS, median) == _DEMO[name]
+        assert _nearest(SHAPE_COLOURS, median) == DEMO_CATEGORY_COLOURS[name]
 
 
 def test_every_caption_names_every_shape_group_with_count_colour_and_the_background(demo_world):
-    all_groups = {name: _group_pattern(name) for name in _DEMO}
+    all_groups = {name: _group_pattern(name) for name in DEMO_CATEGORY_COLOURS}
     any_mention = {name: re.compile(rf"\b(?:{re.escape(name)}|{re.escape(PLURAL[name])})\b", re.IGNORECASE)
-                   for name in _DEMO}
+                   for name in DEMO_CATEGORY_COLOURS}
     assert set(demo_world.captions) == set(demo_world.counts)
     for image_id, captions in demo_world.captions.items():
         counts, background = demo_world.counts[image_id], demo_world.background[image_id]
@@ -159,7 +159,7 @@ def _build_n5(root: Path, out: Path) -> list[dict]:
 
 
 def test_demo_icir_mcq_is_answerable_from_the_target_image_unlike_the_standard_world(demo_world, tmp_path):
-    groups = {name: _group_pattern(name) for name in _DEMO}
+    groups = {name: _group_pattern(name) for name in DEMO_CATEGORY_COLOURS}
 
     def fits_demo_scene(target: int, caption: str) -> bool:
         # The caption describes what the target image shows: the same shape groups, each with a
@@ -230,7 +230,7 @@ def test_cli_world_option_writes_a_demo_world_and_vhs_questions_over_it(tmp_path
     assert main(["toy-corpus", str(out), "--images", "50", "--world", "demo", "--vhs-sizes", "1,2"]) == 0
     world = World(out, pixels=False)
     assert len(world.counts) == 50
-    assert {c["name"] for split in SPLITS for c in world.category_lists[split]} == set(_DEMO)
+    assert {c["name"] for split in SPLITS for c in world.category_lists[split]} == set(DEMO_CATEGORY_COLOURS)
     files = {p.name for p in (out / "VHs_qa" / "single_needle" / "VHs_large").iterdir()}
     assert files == {"visual_haystack_oracle.json", "visual_haystack_2.json"}  # N=1 is VHs' "oracle" file
     entries = json.loads((out / "VHs_qa" / "single_needle" / "VHs_large" / "visual_haystack_2.json").read_text())
@@ -238,7 +238,7 @@ def test_cli_world_option_writes_a_demo_world_and_vhs_questions_over_it(tmp_path
     for entry in entries:
         anchor, target = re.fullmatch(r"For the image with an? (.+), is there an? (.+)\?",
                                       entry["conversations"][0]["value"]).groups()
-        assert {anchor, target} <= set(_DEMO)
+        assert {anchor, target} <= set(DEMO_CATEGORY_COLOURS)
         (needle,) = [world.counts[int(Path(path).stem)] for path in entry["pos_image"]]
         assert anchor in needle and not any(anchor in world.counts[int(Path(path).stem)] for path in entry["neg_image"])
         assert (target in needle) == (entry["conversations"][1]["value"] == "yes")

@@ -110,6 +110,13 @@ class TrainingRecipe:
     vocab_size: int = VOCAB_SIZE
     threads: int = 1
 
+    def __post_init__(self):
+        # Pool k draws with seed 10 * seed + k and validation pool k with 10 * seed + 9 - k: more
+        # than ten in all would give a validation pool the draw seed of a training pool.
+        if len(self.pools) + len(self.validation) > 10:
+            raise ValueError(f"{len(self.pools)} training and {len(self.validation)} validation pools: "
+                             "at most 10 in all, or validation draws would repeat training draws")
+
     @property
     def total_steps(self) -> int:
         return sum(stage.steps for stage in self.stages)

@@ -43,18 +43,18 @@ class WorldSpec:
     complete_captions: bool
 
 
-def _indices(names: list[str], table) -> tuple[int, ...]:
-    position = {entry[0] if isinstance(entry, tuple) else entry.name: k for k, entry in enumerate(table)}
-    return tuple(position[name] for name in names)
+# The demo world's categories, each with the one colour it is always drawn in (names of
+# ``CATEGORIES`` -> names of ``SHAPE_COLOURS``).
+DEMO_CATEGORY_COLOURS = {"circle": "red", "triangle": "orange", "star": "yellow", "leaf": "green", "square": "blue",
+                         "diamond": "purple", "heart": "pink", "arrow": "brown", "cross": "black"}
 
-
-_DEMO = {"circle": "red", "triangle": "orange", "star": "yellow", "leaf": "green", "square": "blue",
-         "diamond": "purple", "heart": "pink", "arrow": "brown", "cross": "black"}
+_CATEGORY_INDEX = {category.name: k for k, category in enumerate(CATEGORIES)}
+_COLOUR_INDEX = {name: k for k, (name, _) in enumerate(SHAPE_COLOURS)}
 
 WORLDS: dict[str, WorldSpec] = {
     "standard": WorldSpec("standard", tuple(range(len(CATEGORIES))), None, (0.3, 0.4, 0.3), False),
-    "demo": WorldSpec("demo", _indices(list(_DEMO), CATEGORIES), _indices(list(_DEMO.values()), SHAPE_COLOURS),
-                     (0.2, 0.4, 0.4), True),
+    "demo": WorldSpec("demo", tuple(_CATEGORY_INDEX[name] for name in DEMO_CATEGORY_COLOURS),
+                      tuple(_COLOUR_INDEX[colour] for colour in DEMO_CATEGORY_COLOURS.values()), (0.2, 0.4, 0.4), True),
 }
 
 
