@@ -145,7 +145,8 @@ def draw_records(world: ToyWorld, task: str, n_images: int, count: int, seed: in
 
 
 def answer_loss(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss, [B] bool correct) from the next-token logits at ``batch["last"]``.
+    """(scalar loss, [B] bool correct) from the next-token logits at ``batch["last"]`` of a `collate` batch
+    (``answers`` [B, A] correct answer ids, -1 padded).
 
     Only the last prompt position is projected by the LM head: the loss is on the answer token only.
     A sample's loss is the mean negative log-probability of its correct answers (cross-entropy
