@@ -11,12 +11,15 @@ By default 16 single-head fits are timed and the loop time is extrapolated linea
 (every head costs the same); the output says so. ``--loop-heads 0`` times the full loop. The per-head R@1 of the two fits is
 printed side by side as a check that they do the same work.
 
-    python bench/writer_fit.py [--device cuda] [--epochs 3] [--loop-heads 0]
+Both routes are warmed up (untimed) on the device first.
+
+    python bench/writer_fit.py [--device cuda] [--epochs 3] [--loop-heads 0] [--memory-budget-gb G]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import numpy as np
@@ -86,6 +89,8 @@ def main() -> None:
                         help="time this many single-head fits and extrapolate to all heads (0 = all)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--heads-per-chunk", type=int, default=None, help="batched chunk size (default: memory budget)")
+    parser.add_argument("--memory-budget-gb", type=float, default=None,
+                        help="batched fit's memory budget (default: the library's, half the free GPU memory or 2 GiB)")
     args = parser.parse_args()
 
     if args.threads:
@@ -96,11 +101,17 @@ def main() -> None:
     print(f"device {args.device}, torch threads {torch.get_num_threads()}, {n_total} heads, d_h {args.head_dim}, "
           f"d_model {args.d_model}, {args.train} train / {args.eval} eval, {args.epochs} epochs, batch {config.batch_size}")
 
-    torch.optim.Adam([torch.zeros(1, requires_grad=True)])  # first use imports torch._dynamo (~2 s): not timed
+    # Untimed warm-up of both routes: imports, CUDA context, cuBLAS handles and kernel loading.
+    warm_up = dataclasses.replace(config, epochs=1)
+    fit_writer_probes(head_output[:, :1, :2], targets, split, config=warm_up, device=args.device, progress=False)
+    fit_one_head(torch.from_numpy(head_output[:, 0, 0]), torch.from_numpy(targets), args.train,
+                 WriterProbes.initialise([0], 1, 1, args.head_dim, args.d_model, config.proj_dim, config.seed),
+                 warm_up, args.device)
+    budget = None if args.memory_budget_gb is None else int(args.memory_budget_gb * 1024**3)
     sync(args.device)
     start, cpu_start = time.perf_counter(), time.process_time()
     fit = fit_writer_probes(head_output, targets, split, config=config, device=args.device,
-                            heads_per_chunk=args.heads_per_chunk, progress=False)
+                            memory_budget_bytes=budget, heads_per_chunk=args.heads_per_chunk, progress=False)
     sync(args.device)
     batched_s, batched_cpu = time.perf_counter() - start, time.process_time() - cpu_start
     print(f"batched all-heads fit: {batched_s:.2f} s wall, {batched_cpu:.2f} s CPU ({fit.heads_per_chunk} heads per chunk)")

@@ -14,6 +14,7 @@ from harness.metrics import (
     fit_writer_probes,
     head_ranking,
 )
+from harness.metrics.probes import head_slice
 from icir_mcq.errors import UserInputError
 
 N_LAYERS, N_HEADS, HEAD_DIM, D_MODEL = 2, 4, 16, 32
@@ -125,8 +126,10 @@ def test_chunking_does_not_change_the_fit():
         np.testing.assert_array_equal(chunked.r1, reference.r1)
         np.testing.assert_array_equal(chunked.best_epoch, reference.best_epoch)
         np.testing.assert_array_equal(chunked.r1_in_context, reference.r1_in_context)
+        # A multi-threaded BLAS may block a batched product differently by batch count (seen with 16
+        # threads): weights then agree to float rounding, not bit for bit.
         for a, b in zip(chunked.probes.parameters(), reference.probes.parameters()):
-            assert torch.equal(a, b)
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     reseeded = fit_writer_probes(head_output, targets, split, config=WriterProbeConfig(proj_dim=32, epochs=1, seed=1),
                                  progress=False)
     assert not torch.equal(reseeded.probes.g_weight, reference.probes.g_weight)
@@ -255,3 +258,13 @@ def test_cuda_matches_cpu():
     for a, b in zip(cpu.probes.parameters(), cuda.probes.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(cpu.r1, cuda.r1, atol=2 / 80)
+
+
+@pytest.mark.parametrize("heads", [np.arange(2, 6), np.array([5, 1, 6]), np.arange(0)])
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_head_slice_matches_a_loop(heads, as_torch):
+    head_output = np.random.default_rng(3).standard_normal((7, 2, 4, 5), dtype=np.float32)
+    rows = np.array([6, 0, 3])
+    expected = np.array([[head_output[r, h // 4, h % 4] for r in rows] for h in heads], np.float32).reshape(-1, 3, 5)
+    source = torch.from_numpy(head_output) if as_torch else head_output
+    np.testing.assert_array_equal(head_slice(source, rows, heads).numpy(), expected)

@@ -10,8 +10,8 @@ first among the pool of all their distinct target images (chance 1/pool).
 All heads train as one batched module (a head axis in every weight; one batched matmul per
 projection per step), in chunks of heads sized to a memory budget. A head's initial weights
 come from ``(seed, head index)`` and all heads share one batch order per epoch, so every chunking
-gives the same result (bit-identical on CPU in our tests; on CUDA, kernels picked per shape may
-differ at float tolerance).
+gives the same per-head R@1; weights agree to float rounding (a multi-threaded BLAS or a CUDA
+kernel may be picked per batch of heads, so bit equality holds only on some machines).
 
 Selection split: as in the paper (paper-notes.md, App. D) checkpoints are selected on the same
 ``eval`` samples that writer R@1 is reported on. ``test_fraction > 0`` instead holds out a seeded
@@ -37,7 +37,7 @@ from icir_mcq.errors import UserInputError
 
 SPLIT_LABELS = ("train", "eval")
 FLOAT_BYTES = 4
-DEFAULT_MEMORY_BUDGET = 2 * 1024**3
+CPU_MEMORY_BUDGET = 2 * 1024**3
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,16 @@ def _heads_per_chunk(
     return int(min(n_total, (budget - fixed) // per_head))
 
 
+def _memory_budget(budget: int | None, device: str) -> int:
+    """``budget``, or the default: half of a CUDA device's free memory, else 2 GiB."""
+    if budget is not None:
+        return budget
+    if torch.device(device).type == "cuda":
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        return free // 2
+    return CPU_MEMORY_BUDGET
+
+
 def _check_inputs(head_output: Any, target_embeds: torch.Tensor, image_ids, candidates) -> None:
     if len(head_output.shape) != 4:
         raise UserInputError(f"head_output must be [S, L, H, d_h], got shape {tuple(head_output.shape)}")
@@ -306,7 +316,7 @@ def fit_writer_probes(
     candidates: InContextCandidates | None = None,
     config: WriterProbeConfig = WriterProbeConfig(),
     device: str = "cpu",
-    memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget_bytes: int | None = None,
     heads_per_chunk: int | None = None,
     progress: bool = True,
 ) -> WriterFit:
@@ -325,7 +335,8 @@ def fit_writer_probes(
         config: probe and training settings.
         device: torch device for training ("cpu", "cuda", ...).
         memory_budget_bytes: bound on the training memory (a float32 estimate); heads are
-            trained in chunks of as many heads as fit.
+            trained in chunks of as many heads as fit. Default: half the free memory of a
+            CUDA ``device`` (``torch.cuda.mem_get_info``), else 2 GiB.
         heads_per_chunk: train this many heads at once instead (overrides the budget).
         progress: show a tqdm bar over chunks x epochs.
 
@@ -361,7 +372,7 @@ def fit_writer_probes(
         negative_mask = (train_part.mask & ~is_target).to(device)
     n_candidates = 0 if candidates is None else candidates.embeds.shape[1]
     chunk = heads_per_chunk or _heads_per_chunk(
-        memory_budget_bytes, n_total, head_dim, d_model, split, config,
+        _memory_budget(memory_budget_bytes, device), n_total, head_dim, d_model, split, config,
         max(selection_pool.shape[0], report_pool.shape[0]), n_candidates,
     )
     chunk = min(chunk, n_total)
