@@ -13,6 +13,10 @@ printed side by side as a check that they do the same work.
 
 Both routes are warmed up (untimed) on the device first.
 
+Measured on one H200 (torch 2.11, 3 epochs): 64 heads (defaults, full loop) batched 0.61 s vs
+loop 8.88 s, 14.5x; 784 heads (``--layers 28 --heads 28 --d-model 3584``, 56 heads timed)
+batched 11.1 s in one chunk vs loop 128 s extrapolated, 11.6x. On a 2-core CPU: 0.6-4x.
+
     python bench/writer_fit.py [--device cuda] [--epochs 3] [--loop-heads 0] [--memory-budget-gb G]
 """
 
