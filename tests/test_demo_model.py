@@ -24,6 +24,7 @@ from harness.demo_model.data import (
     PixelCache,
     collate,
     encode_records,
+    mcq_records,
     naming_records,
     option_records,
 )
@@ -35,7 +36,7 @@ from harness.demo_model.evaluate import (
     evaluation_draw,
     run_task,
 )
-from harness.demo_model.train import Pool, Stage, TrainingRecipe, train_demo_model
+from harness.demo_model.train import POOL_SEEDS, Pool, Stage, TrainingRecipe, train_demo_model
 from harness.tiny_models.parts import TextSizes
 from icir_mcq.mentions import category_pattern
 from icir_mcq.errors import UserInputError
@@ -162,6 +163,19 @@ def test_warm_up_records_answer_from_the_annotations(draw):
         assert naming_it == [record.answers[0]] and record.image_files == ()
 
 
+def test_single_image_icir_mcq_keeps_the_target_of_the_two_image_draw(draw):
+    pairs = mcq_records(draw.world, 2, 8, seed=3)
+    singles = mcq_records(draw.world, 1, 8, seed=3)
+    for pair, single in zip(pairs, singles, strict=True):
+        assert single.image_files == (pair.image_files[pair.target],) and single.target == 0
+        assert single.answers == pair.answers and single.prompt.count("<image>") == 1
+        question_and_options = pair.prompt[pair.ablation_start_char:]
+        assert single.prompt.endswith(question_and_options)
+        assert single.prompt[single.ablation_start_char:] == question_and_options
+        assert single.prompt[slice(*single.cattok_char_span)] == pair.prompt[slice(*pair.cattok_char_span)]
+        assert len(single.prompt) - single.cattok_char_span[1] == len(pair.prompt) - pair.cattok_char_span[1]
+
+
 # --- how a checkpoint is made ------------------------------------------------------------------------
 
 def test_fan_in_init_scales_each_weight_by_its_fan_in():
@@ -242,7 +256,8 @@ def test_cli_registers_demo_model_train():
 
 
 def test_recipe_refuses_pools_whose_draw_seeds_would_collide():
-    pools = tuple(Pool(VHS, n, 10) for n in range(1, 10))
+    pools = tuple(Pool(VHS, n, 10) for n in range(1, POOL_SEEDS))
     with pytest.raises(ValueError, match="validation draws would repeat training draws"):
         TrainingRecipe(pools=pools, validation=(Pool(MCQ, 5, 20), Pool(VHS, 5, 20)))
-    assert len(TrainingRecipe(pools=pools[:8]).pools) == 8  # 8 + 2 validation pools: seeds 0-7 and 8, 9
+    kept = pools[: POOL_SEEDS - 2]  # with 2 validation pools: every draw seed used once
+    assert len(TrainingRecipe(pools=kept).pools) == POOL_SEEDS - 2

@@ -28,6 +28,10 @@ ANSWER_WORDS = ("A", "B", "C", "D", "Yes", "No")
 # costs 1.5-2x as long on one CPU thread.
 DEMO_SIZES = TextSizes.from_overrides(num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=6, head_dim=16)
 VOCAB_SIZE = 900
+# Qwen3-VL's RoPE base of 5e6 suits head dimension 128; with 16 dimensions (8 frequencies) only
+# three rotate noticeably over a 200-token prompt, and text-only option finding leaves chance ~300
+# steps later than with base 1e4 (measured side by side on 24,000 fresh records: 0.78 vs 0.45 at step 1,000).
+DEMO_ROPE_THETA = 10_000.0
 
 
 def build_processor(texts: Iterable[str], vocab_size: int, answer_words: Iterable[str] = ()) -> Qwen3VLProcessor:
@@ -66,7 +70,7 @@ def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int) -> Qwe
         sizes: language-model sizes (`DEMO_SIZES` for `icir demo-model train`).
         seed: ``torch.manual_seed`` of the initialisation (same seed -> same weights).
     """
-    model = qwen3_vl.build_model(processor, sizes, seed, "sdpa")
+    model = qwen3_vl.build_model(processor, sizes, seed, "sdpa", rope_theta=DEMO_ROPE_THETA)
     fan_in_init(model, seed)
     return model
 

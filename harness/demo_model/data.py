@@ -41,7 +41,7 @@ from tqdm import tqdm
 from harness.capture.inputs import CaptureRequest, render
 from icir_mcq.coco_index import CocoIndex, load_coco
 from icir_mcq.mmniah import load_contexts
-from icir_mcq.prompt import LETTERS, QUESTION
+from icir_mcq.prompt import LETTERS, QUESTION, cattok_char_span, render_prompt
 from icir_mcq.sampling import sample_configs
 from icir_mcq.toy import ToyCorpus, write_toy_corpus
 from icir_mcq.toy.shapes import BACKGROUNDS
@@ -113,16 +113,26 @@ def mcq_records(world: ToyWorld, n_images: int, samples: int, seed: int) -> list
     """`samples` ICIR-MCQ records of config ``n<n_images>`` (balanced positions and letters).
 
     `samples` must be a multiple of lcm(n_images, 4) (see `icir_mcq.sampling.check_sample_count`).
+    ``n_images=1`` (a training stage only; the benchmark starts at N=2) draws ``n2`` samples and
+    keeps the target image alone, with the passages before and after it: caption matching without
+    retrieval.
     """
-    config = f"n{n_images}"
+    config = f"n{max(n_images, 2)}"
     records, _ = sample_configs(world.index, world.contexts, [config], samples, seed,
                                 max_passage_chars=MAX_PASSAGE_CHARS)
     question_start = QUESTION.split("{", 1)[0]
-    return [
-        TaskRecord(MCQ, r["prompt"], tuple(r["image_files"]), (r["answer"],), r["target_position"],
-                   tuple(r["cattok_char_span"]), r["prompt"].rindex(question_start))
-        for r in records[config]
-    ]
+    out = []
+    for r in records[config]:
+        prompt, image_files, target = r["prompt"], tuple(r["image_files"]), r["target_position"]
+        if n_images == 1:
+            passages = r["passages"][target : target + 2]
+            prompt, image_files, target = render_prompt(passages, r["category"], r["options"]), image_files[target:target + 1], 0
+            span = cattok_char_span(prompt, r["category"])
+        else:
+            span = tuple(r["cattok_char_span"])
+        out.append(TaskRecord(MCQ, prompt, image_files, (r["answer"],), target, tuple(span),
+                              prompt.rindex(question_start)))
+    return out
 
 
 def vhs_records(world: ToyWorld, n_images: int, questions: int, seed: int) -> list[TaskRecord]:

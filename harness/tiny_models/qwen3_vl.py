@@ -125,15 +125,17 @@ def build_processor() -> Qwen3VLProcessor:
     return qwen_processor(Qwen3VLProcessor, Qwen3VLVideoProcessor, PATCH_SIZE, chatml_template(VISION_MARKUP))
 
 
-def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int, attn_implementation: str):
-    """Random `Qwen3VLForConditionalGeneration` with `sizes` and the processor's token ids."""
+def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int, attn_implementation: str,
+                rope_theta: float = 5_000_000.0):
+    """Random `Qwen3VLForConditionalGeneration` with `sizes` and the processor's token ids
+    (`rope_theta`: the text RoPE base, Qwen3-VL's 5e6 by default)."""
     tokenizer = processor.tokenizer
     config = Qwen3VLConfig(
         text_config=sizes.text_config(
             tokenizer,
             rope_parameters={
                 "rope_type": "default",
-                "rope_theta": 5_000_000.0,
+                "rope_theta": rope_theta,
                 "mrope_section": mrope_section(sizes.head_dim, spatial_share=20),
                 "mrope_interleaved": True,
             },
