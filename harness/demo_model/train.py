@@ -33,6 +33,12 @@ seed 0; "fresh draw" = 200 ICIR-MCQ n5 samples and 200 VHs N=5 questions of the 
   0.565, best pointer head at the cattok 0.325 (median 0.19), ablation separation -0.03: it answers
   above chance without a pointer head at the cattok (the category's last mention, in option D);
   the same curriculum in one run reached n5 0.51-0.54 by step 5,100 (32 min);
+- that model barely retrieves: with each distractor swapped for an image of a wrong option's scene
+  (same background and shapes) minus the queried category, which a model that finds the category's
+  image would not notice, ICIR-MCQ n5 falls from 0.565 to 0.31 and n2 from 0.735 to 0.565 (200
+  fresh samples each): it matches the options against every image in context. Hence accuracy
+  falls with N (n1 0.86, n2 0.75, n5 0.55), and no head's attention picks the target out (best
+  head 0.25-0.32 at cattok, +1, mid and last);
 - a 14-configuration sweep on a 16-core machine (learning rates 1e-3/2e-3, batch 16/32/64, 4 or 6
   layers, 6 or 8 heads, with or without option finding; 800-1,570 steps each, RoPE base 5e6):
   every ICIR-MCQ validation accuracy (n1, n2, n5) stayed at chance (0.19-0.31).
