@@ -123,14 +123,11 @@ def mcq_records(world: ToyWorld, n_images: int, samples: int, seed: int) -> list
     question_start = QUESTION.split("{", 1)[0]
     out = []
     for r in records[config]:
-        prompt, image_files, target = r["prompt"], tuple(r["image_files"]), r["target_position"]
+        prompt, image_files, target, span = r["prompt"], r["image_files"], r["target_position"], r["cattok_char_span"]
         if n_images == 1:
-            passages = r["passages"][target : target + 2]
-            prompt, image_files, target = render_prompt(passages, r["category"], r["options"]), image_files[target:target + 1], 0
-            span = cattok_char_span(prompt, r["category"])
-        else:
-            span = tuple(r["cattok_char_span"])
-        out.append(TaskRecord(MCQ, prompt, image_files, (r["answer"],), target, tuple(span),
+            prompt = render_prompt(r["passages"][target : target + 2], r["category"], r["options"])
+            image_files, target, span = image_files[target : target + 1], 0, cattok_char_span(prompt, r["category"])
+        out.append(TaskRecord(MCQ, prompt, tuple(image_files), (r["answer"],), target, tuple(span),
                               prompt.rindex(question_start)))
     return out
 

@@ -26,12 +26,12 @@ from tqdm import tqdm
 from harness.capture import CaptureRequest, ablate_heads, answer_token_ids, capture_heads_batch
 from harness.capture.adapters import image_token_id, resolve_adapter
 from harness.capture.inputs import encode_requests
-from harness.demo_model.data import MCQ, VHS, TaskRecord, ToyWorld, mcq_records, open_world, vhs_records
+from harness.demo_model.data import MCQ, VHS, VHS_ANSWERS, TaskRecord, ToyWorld, mcq_records, open_world, vhs_records
 from harness.heads import head_name
 from harness.metrics.pointer import pointer_r1
 from icir_mcq.prompt import LETTERS
 
-VHS_CHOICES = ("Yes", "No")
+VHS_CHOICES = tuple(VHS_ANSWERS.values())
 RANDOM_SEEDS = (0, 1, 2)
 EVAL_WORLD_SEED = 20_260  # the training world uses 1_000_000 + seed, so no image is shared
 

@@ -89,6 +89,11 @@ from harness.tiny_models.parts import TextSizes
 POOL_SEEDS = 100  # draw seeds per training seed, shared by training and validation pools
 
 
+def pool_name(task: str, n_images: int) -> str:
+    """Name of the pool of `task` at haystack size `n_images`, e.g. ``"icir_mcq-n5"``."""
+    return f"{task}-n{n_images}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Pool:
     """One source of training samples: `count` records of `task` at haystack size `n_images`."""
@@ -120,10 +125,10 @@ class TrainingRecipe:
     # the start left each at chance for 1,500+ steps; option finding before ICIR-MCQ (Pool(OPTIONS,
     # 0, ...)) lifted ICIR-MCQ n2 to 0.49 in one run and not at all in another within 15 minutes.
     stages: tuple[Stage, ...] = (
-        Stage(400, {f"{NAMING}-n1": 1.0}),
-        Stage(500, {f"{VHS}-n1": 0.5, f"{VHS}-n2": 0.3, f"{NAMING}-n1": 0.2}),
-        Stage(600, {f"{VHS}-n2": 0.2, f"{VHS}-n3": 0.4, f"{VHS}-n5": 0.3, f"{MCQ}-n2": 0.1}),
-        Stage(900, {f"{VHS}-n5": 0.6, f"{VHS}-n3": 0.2, f"{MCQ}-n5": 0.2}),
+        Stage(400, {pool_name(NAMING, 1): 1.0}),
+        Stage(500, {pool_name(VHS, 1): 0.5, pool_name(VHS, 2): 0.3, pool_name(NAMING, 1): 0.2}),
+        Stage(600, {pool_name(VHS, 2): 0.2, pool_name(VHS, 3): 0.4, pool_name(VHS, 5): 0.3, pool_name(MCQ, 2): 0.1}),
+        Stage(900, {pool_name(VHS, 5): 0.6, pool_name(VHS, 3): 0.2, pool_name(MCQ, 5): 0.2}),
     )
     validation: tuple[Pool, ...] = (Pool(MCQ, 5, 200), Pool(VHS, 5, 200))
     validate_every: int = 300
@@ -145,11 +150,6 @@ class TrainingRecipe:
     @property
     def total_steps(self) -> int:
         return sum(stage.steps for stage in self.stages)
-
-
-def pool_name(task: str, n_images: int) -> str:
-    """Name of the pool of `task` at haystack size `n_images`, e.g. ``"icir_mcq-n5"``."""
-    return f"{task}-n{n_images}"
 
 
 def draw_records(world: ToyWorld, task: str, n_images: int, count: int, seed: int) -> list[TaskRecord]:
