@@ -78,7 +78,8 @@ def register(subparsers) -> None:
     toy.add_argument("--no-image-files", action="store_true", help="write annotations only, no JPEGs")
     toy.add_argument("--world", choices=sorted(WORLDS), default="standard",
                      help="standard: 17 categories, COCO-like partial captions (default); demo: the demo model's "
-                          "world, 9 categories each in its own colour, complete captions")
+                          "world, 9 categories each in its own colour, distinct per image, one caption per shape "
+                          "naming it and the background")
     toy.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     toy.add_argument("--vhs-sizes", type=lambda text: [int(n) for n in _comma_list(text)], default=[1, 2, 3, 5, 10],
                      help="haystack sizes N of the Visual Haystacks question files written into OUT/VHs_qa "

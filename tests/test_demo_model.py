@@ -27,6 +27,8 @@ from harness.demo_model.data import (
     mcq_records,
     naming_records,
     option_records,
+    option_word_records,
+    retrieval_records,
 )
 from harness.demo_model.evaluate import (
     VHS_CHOICES,
@@ -161,6 +163,14 @@ def test_warm_up_records_answer_from_the_annotations(draw):
         captions = record.prompt.split("\n")[1:]
         naming_it = [c[0] for c in captions if category_pattern(category).search(c)]
         assert naming_it == [record.answers[0]] and record.image_files == ()
+    words = option_word_records(draw.world, 40, seed=1)
+    assert [r.answers[0] for r in words] == list(LETTERS) * 10
+    names = set(draw.world.index.categories.values())
+    for record in words:
+        category = re.match(r"Which caption mentions (.+?)\?", record.prompt).group(1)
+        options = dict(line.split(") ", 1) for line in record.prompt.split("\n")[1:])
+        assert list(options) == list(LETTERS) and set(options.values()) <= names and len(set(options.values())) == 4
+        assert options[record.answers[0]] == category and record.image_files == ()
 
 
 def test_single_image_icir_mcq_keeps_the_target_of_the_two_image_draw(draw):
@@ -174,6 +184,26 @@ def test_single_image_icir_mcq_keeps_the_target_of_the_two_image_draw(draw):
         assert single.prompt[single.ablation_start_char:] == question_and_options
         assert single.prompt[slice(*single.cattok_char_span)] == pair.prompt[slice(*pair.cattok_char_span)]
         assert len(single.prompt) - single.cattok_char_span[1] == len(pair.prompt) - pair.cattok_char_span[1]
+
+
+def test_background_retrieval_asks_for_the_background_of_the_mcq_target(draw):
+    index = draw.world.index
+    by_file = {file: image for image, file in index.image_files.items()}
+    questions = mcq_records(draw.world, 5, 20, seed=4)
+    retrievals = retrieval_records(draw.world, 5, 20, seed=4)
+    for question, retrieval in zip(questions, retrievals, strict=True):
+        category = re.search(r"that contains (.+?)\?", question.prompt).group(1)
+        context = question.prompt[:question.ablation_start_char]
+        assert retrieval.prompt == f"{context}What colour is the background of the image above that contains {category}?"
+        assert (retrieval.image_files, retrieval.target) == (question.image_files, question.target)
+        assert retrieval.prompt[slice(*retrieval.cattok_char_span)] == category
+        assert retrieval.cattok_char_span[1] == len(retrieval.prompt) - 1 and retrieval.ablation_start_char == len(context)
+        target = by_file[question.image_files[question.target]]
+        (answer,) = retrieval.answers
+        assert all(f"on a {answer}" in caption for caption in index.captions[target])
+        # only the target shows the category, and some other image in context shows another background
+        shown = [by_file[f] for f in question.image_files]
+        assert [category in {index.categories[c] for c in index.image_categories[i]} for i in shown].count(True) == 1
 
 
 # --- how a checkpoint is made ------------------------------------------------------------------------
@@ -259,5 +289,6 @@ def test_recipe_refuses_pools_whose_draw_seeds_would_collide():
     pools = tuple(Pool(VHS, n, 10) for n in range(1, POOL_SEEDS))
     with pytest.raises(ValueError, match="validation draws would repeat training draws"):
         TrainingRecipe(pools=pools, validation=(Pool(MCQ, 5, 20), Pool(VHS, 5, 20)))
+    validation = (Pool(MCQ, 5, 20), Pool(VHS, 5, 20))
     kept = pools[: POOL_SEEDS - 2]  # with 2 validation pools: every draw seed used once
-    assert len(TrainingRecipe(pools=kept).pools) == POOL_SEEDS - 2
+    assert len(TrainingRecipe(pools=kept, validation=validation).pools) == POOL_SEEDS - 2

@@ -1,7 +1,8 @@
-"""Toy worlds (`icir_mcq.toy.worlds`): the demo world's categories, fixed colours and complete
-captions, read back from the written files with pycocotools and the JPEG pixels; ICIR-MCQ built
-on it is answerable from the target image alone, unlike on the standard world; bad world names;
-determinism; the ``--world`` CLI option."""
+"""Toy worlds (`icir_mcq.toy.worlds`): the demo world's categories, fixed colours, distinct
+categories per image and one fixed-template caption per shape, read back from the written files
+with pycocotools and the JPEG pixels; ICIR-MCQ built on it is answerable from the target image
+alone (and only after finding it), unlike on the standard world; bad world names; determinism;
+the ``--world`` CLI option."""
 
 from __future__ import annotations
 
@@ -122,23 +123,15 @@ def test_every_shape_is_drawn_in_its_categorys_fixed_colour(demo_world):
         assert _nearest(SHAPE_COLOURS, median) == DEMO_CATEGORY_COLOURS[name]
 
 
-def test_every_caption_names_every_shape_group_with_count_colour_and_the_background(demo_world):
-    all_groups = {name: _group_pattern(name) for name in DEMO_CATEGORY_COLOURS}
-    any_mention = {name: re.compile(rf"\b(?:{re.escape(name)}|{re.escape(PLURAL[name])})\b", re.IGNORECASE)
-                   for name in DEMO_CATEGORY_COLOURS}
+def test_each_shape_has_one_caption_naming_it_in_its_colour_and_the_background(demo_world):
+    category_order = [c.name for c in CATEGORIES]
     assert set(demo_world.captions) == set(demo_world.counts)
     for image_id, captions in demo_world.captions.items():
         counts, background = demo_world.counts[image_id], demo_world.background[image_id]
-        assert 3 <= len(captions) <= 5 and len(set(captions)) == len(captions)
-        for caption in captions:
-            for name, count in counts.items():
-                match = all_groups[name].search(caption)
-                assert match, (caption, dict(counts))
-                word, noun = match.group(1).lower(), match.group(2).lower()
-                assert count in COUNT_WORDS[word] and (noun == name) == (count == 1), (caption, dict(counts))
-            named = {name for name, pattern in any_mention.items() if pattern.search(caption)}
-            assert named == set(counts), (caption, dict(counts))
-            assert [b for b, pattern in BACKGROUND_WORDS.items() if pattern.search(caption)] == [background], caption
+        assert set(counts.values()) == {1}, dict(counts)  # distinct categories: no count words
+        shapes = [f"{DEMO_CATEGORY_COLOURS[name]} {name}" for name in sorted(counts, key=category_order.index)]
+        expected = [f"{'An' if shape[0] in 'aeiou' else 'A'} {shape} on a {background} background." for shape in shapes]
+        assert captions == expected, dict(counts)
 
 
 def _ambiguous_samples(rows: list[dict], consistent) -> list[tuple[dict, list[int]]]:
@@ -161,25 +154,27 @@ def _build_n5(root: Path, out: Path) -> list[dict]:
 def test_demo_icir_mcq_is_answerable_from_the_target_image_unlike_the_standard_world(demo_world, tmp_path):
     groups = {name: _group_pattern(name) for name in DEMO_CATEGORY_COLOURS}
 
-    def fits_demo_scene(target: int, caption: str) -> bool:
-        # The caption describes what the target image shows: the same shape groups, each with a
-        # count word that allows the annotated count, on the background seen in the pixels.
-        counts = demo_world.counts[target]
+    def fits_demo_scene(image: int, caption: str) -> bool:
+        # The caption names a shape group the image shows (count word allowing the annotated
+        # count) and the background seen in its pixels.
+        counts = demo_world.counts[image]
         named = {name: m.group(1).lower() for name, pattern in groups.items() if (m := pattern.search(caption))}
-        return (set(named) == set(counts) and all(counts[name] in COUNT_WORDS[word] for name, word in named.items())
-                and [b for b, p in BACKGROUND_WORDS.items() if p.search(caption)] == [demo_world.background[target]])
+        return (len(named) == 1 and all(counts[name] in COUNT_WORDS[word] for name, word in named.items())
+                and [b for b, p in BACKGROUND_WORDS.items() if p.search(caption)] == [demo_world.background[image]])
 
-    # Measured (seed 0, 600 n5 samples): 0.975 unique (0.975-0.988 over build seeds 0-4). Every
-    # miss is an option image with the very same scene as the target (shapes, counts, background),
-    # which no reader of the image can tell apart. Without the count check: 0.948 (0.94-0.96).
-    ambiguous = _ambiguous_samples(_build_n5(demo_world.root, tmp_path / "demo_mcq"), fits_demo_scene)
-    demo_share = 1 - len(ambiguous) / MCQ_SAMPLES
-    assert demo_share >= 0.97
-    for row, fitting_images in ambiguous:
-        target = row["target_image_id"]
-        assert target in fitting_images, row["options"]
-        scene = (demo_world.counts[target], demo_world.background[target])
-        assert all((demo_world.counts[image], demo_world.background[image]) == scene for image in fitting_images), row
+    rows = _build_n5(demo_world.root, tmp_path / "demo_mcq")
+    assert _ambiguous_samples(rows, fits_demo_scene) == []  # exactly one option fits the target
+    # ...but matching the options against every image in context is not enough: in nearly every
+    # sample a distractor image shows the background a wrong option names (measured, seed 0: 0.968).
+    def backgrounds(option: str) -> set[str]:
+        return {b for b, p in BACKGROUND_WORDS.items() if p.search(option)}
+
+    shown_elsewhere = [
+        set().union(*(backgrounds(o) for k, o in enumerate(row["options"]) if k != row["answer_index"]))
+        & {demo_world.background[image] for image in row["image_ids"] if image != row["target_image_id"]}
+        for row in rows
+    ]
+    assert np.mean([bool(s) for s in shown_elsewhere]) > 0.9
 
     standard_root = tmp_path / "standard"
     write_toy_corpus(standard_root, 3000, seed=3, image_files=False)
@@ -199,7 +194,7 @@ def test_demo_icir_mcq_is_answerable_from_the_target_image_unlike_the_standard_w
 
     standard_share = 1 - len(_ambiguous_samples(_build_n5(standard_root, tmp_path / "standard_mcq"),
                                                 fits_standard_scene)) / MCQ_SAMPLES
-    assert standard_share < 0.9 and demo_share - standard_share > 0.2
+    assert standard_share < 0.9
 
 
 def test_unknown_world_is_a_user_error_naming_the_choices(tmp_path):

@@ -28,6 +28,7 @@ processing an image twice: pixels come from a `PixelCache`.
 from __future__ import annotations
 
 import dataclasses
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from tqdm import tqdm
 
 from harness.capture.inputs import CaptureRequest, render
 from icir_mcq.coco_index import CocoIndex, load_coco
+from icir_mcq.mentions import category_pattern
 from icir_mcq.mmniah import load_contexts
 from icir_mcq.prompt import LETTERS, QUESTION, cattok_char_span, render_prompt
 from icir_mcq.sampling import sample_configs
@@ -49,7 +51,9 @@ from vhs_adapter.build import build_vhs
 from vhs_adapter.toy_questions import write_toy_vhs_questions
 
 MAX_PASSAGE_CHARS = 16
-MCQ, VHS, NAMING, OPTIONS = "icir_mcq", "vhs_single", "naming", "option_finding"
+MCQ, VHS, NAMING, OPTIONS, OPTION_WORDS, RETRIEVAL = (
+    "icir_mcq", "vhs_single", "naming", "option_finding", "option_words", "background_retrieval")
+RETRIEVAL_QUESTION = "What colour is the background of the image above that contains {category}?"
 OPTIONS_QUESTION = "Which caption mentions {category}? Answer with a single letter (A, B, C, or D)."
 SHAPE_PROMPT = "<image>\nName a shape in the picture."
 BACKGROUND_PROMPT = "<image>\nName the background colour."
@@ -63,7 +67,7 @@ class TaskRecord:
     """One training or evaluation sample, as the demo model sees it.
 
     Attributes:
-        task: ``MCQ``, ``VHS``, ``NAMING`` or ``OPTIONS``.
+        task: ``MCQ``, ``VHS``, ``NAMING``, ``OPTIONS``, ``OPTION_WORDS`` or ``RETRIEVAL``.
         prompt: the stored prompt, one ``<image>`` placeholder per image.
         image_files: image paths relative to the world's COCO root, in context order.
         answers: every correct answer token's text: one letter A-D (MCQ, option finding), "Yes" or
@@ -152,6 +156,30 @@ def vhs_records(world: ToyWorld, n_images: int, questions: int, seed: int) -> li
         ]
 
 
+def retrieval_records(world: ToyWorld, n_images: int, samples: int, seed: int) -> list[TaskRecord]:
+    """`samples` *background retrieval* records: the images and passages of the ICIR-MCQ records
+    `mcq_records` draws with the same arguments, asked "What colour is the background of the image
+    above that contains <category>?" and answered with the first word of the target image's
+    background (from its captions).
+
+    The retrieval half of ICIR-MCQ without the caption matching and the letter: in the demo world
+    the distractor images show other backgrounds, so only the image with the category answers it.
+    """
+    file_to_image = {file: image for image, file in world.index.image_files.items()}
+    question = re.compile(re.escape(QUESTION).replace(re.escape("{category}"), "(.+?)"))
+    out = []
+    for record in mcq_records(world, n_images, samples, seed):
+        asked = question.search(record.prompt)
+        category, context = asked.group(1), record.prompt[:asked.start()]
+        prompt = context + RETRIEVAL_QUESTION.format(category=category)
+        target = file_to_image[record.image_files[record.target]]
+        out.append(dataclasses.replace(record, task=RETRIEVAL, prompt=prompt,
+                                       answers=(background_word(world.index.captions[target]),),
+                                       cattok_char_span=cattok_char_span(prompt, category),
+                                       ablation_start_char=len(context)))
+    return out
+
+
 def background_word(captions: Sequence[str]) -> str:
     """First word of the background named by an image's complete (demo-world) captions.
 
@@ -190,8 +218,8 @@ def naming_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
 
 def option_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
     """`count` text-only *option finding* records: "Which caption mentions <category>?" over four
-    captions of four different images, exactly one of which shows the category (answer: its letter,
-    balanced over A-D by cycling). Warms up what ICIR-MCQ needs besides retrieval: reading the four
+    captions of four different images, exactly one of which shows the category and is given by a
+    caption that names it (answer: its letter, balanced over A-D by cycling). Warms up what ICIR-MCQ needs besides retrieval: reading the four
     options and answering with the letter of the one that matches.
 
     Raises:
@@ -211,13 +239,36 @@ def option_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
         if not unique:
             continue
         category = index.categories[unique[int(rng.integers(len(unique)))]]
+        # The answer's caption is one that names the category (demo-world captions name one shape each).
+        naming_it = [c for c in index.captions[picked[answer]] if category_pattern(category).search(c)]
         captions = [index.captions[i][int(rng.integers(len(index.captions[i])))] for i in picked]
+        captions[answer] = naming_it[int(rng.integers(len(naming_it)))]
         prompt = OPTIONS_QUESTION.format(category=category) + "".join(
             f"\n{letter}) {caption}" for letter, caption in zip(LETTERS, captions))
         records.append(TaskRecord(OPTIONS, prompt, (), (LETTERS[answer],), answer, (0, 0), 0))
     if len(records) < count:
         raise ValueError(f"drew only {len(records)} of {count} option-finding records: the world's images "
                          "rarely have a category the three others lack")
+    return records
+
+
+def option_word_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
+    """`count` text-only option-finding records whose four options are single category names (four
+    distinct categories of the world, seeded), asked with the option-finding question; the answer,
+    the letter of the queried name, cycles A-D.
+
+    The shortest form of binding a letter to its option: learned from scratch in ~600 steps, after
+    which option finding over full captions follows in a few hundred more (`harness.demo_model.train`).
+    """
+    names = sorted(world.index.categories.values())
+    rng = np.random.default_rng([seed, 13])
+    records = []
+    for k in range(count):
+        picked = [names[i] for i in rng.choice(len(names), size=len(LETTERS), replace=False)]
+        answer = k % len(LETTERS)
+        prompt = OPTIONS_QUESTION.format(category=picked[answer]) + "".join(
+            f"\n{letter}) {name}" for letter, name in zip(LETTERS, picked))
+        records.append(TaskRecord(OPTION_WORDS, prompt, (), (LETTERS[answer],), answer, (0, 0), 0))
     return records
 
 

@@ -4,9 +4,9 @@ Most captions name the shapes by their category name (plural when an image has s
 one), often with colour words; some use an everyday synonym instead ("box" for square), some
 mention only part of the scene and a few name no shape at all, so that name-or-plural
 matching, like on real COCO, finds only some captions of each image. *Complete* captions (the
-demo world, `icir_mcq.toy.worlds`) instead always name every shape group by name or plural,
-with a count word ("a", "two", "a pair of", "three", "a few", or the vague "some" for 2-3) and
-its colour when the group shares one, and the background.
+demo world, `icir_mcq.toy.worlds`) are one per shape group of the image, in one fixed template:
+the group by name or plural with a count word ("a"/"an", "two", "three") and its colour when the
+group shares one, then the background ("A red circle on a grey background.").
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ _TEMPLATES = (
     "A {bg} background with {s}.",
     "{S} in the middle of a {bg} canvas.",
 )
+COMPLETE_TEMPLATE = _TEMPLATES[0]
 _SEVERAL_TEMPLATES = ("{S} placed next to each other.", "{S} side by side on {bg} paper.")
 _NO_SHAPE = (
     "A few coloured shapes on a {bg} background.",
@@ -44,11 +45,11 @@ def _article(phrase: str) -> str:
     return "an" if phrase[0] in "aeiou" or phrase.startswith("hour") else "a"
 
 
-def _group_phrase(rng: random.Random, category: int, colours: list[int], use_colour: bool, complete: bool) -> str:
+def _group_phrase(rng: random.Random, category: int, colours: list[int], use_colour: bool) -> str:
     shape = CATEGORIES[category]
     colour = f"{SHAPE_COLOURS[colours[0]][0]} " if use_colour and len(set(colours)) == 1 else ""
     if len(colours) == 1:
-        noun = rng.choice(shape.synonyms) if not complete and rng.random() < SYNONYM_P else shape.name
+        noun = rng.choice(shape.synonyms) if rng.random() < SYNONYM_P else shape.name
         return f"{_article(colour + noun)} {colour}{noun}"
     amount = rng.choice([NUMBER_WORDS[len(colours)], "some", "a few" if len(colours) == 3 else "a pair of"])
     return f"{amount} {colour}{shape.plural}"
@@ -58,28 +59,39 @@ def _join(phrases: list[str]) -> str:
     return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
 
 
-def _one_caption(rng: random.Random, groups: list[tuple[int, list[int]]], background: str, complete: bool) -> str:
-    if complete:
-        phrases = [_group_phrase(rng, category, colours, True, True) for category, colours in groups]
-        template = rng.choice([t for t in _TEMPLATES if "{bg}" in t])
-    else:
-        if rng.random() < NO_SHAPE_P:
-            return rng.choice(_NO_SHAPE).format(bg=background)
-        named = groups
-        if len(groups) > 1 and rng.random() < PARTIAL_P:
-            named = sorted(rng.sample(groups, rng.randint(1, len(groups) - 1)))
-        use_colour = rng.random() < COLOUR_P
-        phrases = [_group_phrase(rng, category, colours, use_colour, False) for category, colours in named]
-        n_named_shapes = sum(len(colours) for _, colours in named)
-        template = rng.choice(_TEMPLATES + (_SEVERAL_TEMPLATES if n_named_shapes > 1 else ()))
+def _sentence(template: str, phrases: list[str], background: str) -> str:
     subject = _join(phrases)
     be = "is" if phrases[0].startswith(("a ", "an ")) else "are"
     return template.format(S=subject[0].upper() + subject[1:], s=subject, bg=background, be=be)
 
 
+def _one_caption(rng: random.Random, groups: list[tuple[int, list[int]]], background: str) -> str:
+    if rng.random() < NO_SHAPE_P:
+        return rng.choice(_NO_SHAPE).format(bg=background)
+    named = groups
+    if len(groups) > 1 and rng.random() < PARTIAL_P:
+        named = sorted(rng.sample(groups, rng.randint(1, len(groups) - 1)))
+    use_colour = rng.random() < COLOUR_P
+    phrases = [_group_phrase(rng, category, colours, use_colour) for category, colours in named]
+    n_named_shapes = sum(len(colours) for _, colours in named)
+    return _sentence(rng.choice(_TEMPLATES + (_SEVERAL_TEMPLATES if n_named_shapes > 1 else ())), phrases, background)
+
+
+def _complete_captions(groups: list[tuple[int, list[int]]], background: str) -> list[str]:
+    captions = []
+    for category, colours in groups:
+        shape = CATEGORIES[category]
+        colour = f"{SHAPE_COLOURS[colours[0]][0]} " if len(set(colours)) == 1 else ""
+        noun = shape.name if len(colours) == 1 else shape.plural
+        amount = _article(colour + noun) if len(colours) == 1 else NUMBER_WORDS[len(colours)]
+        captions.append(_sentence(COMPLETE_TEMPLATE, [f"{amount} {colour}{noun}"], background))
+    return captions
+
+
 def caption_image(rng: random.Random, categories: list[int], colours: list[int], background: int,
                   complete: bool = False) -> list[str]:
-    """3-5 distinct captions of one image (complete ones if `complete`, see the module docstring).
+    """3-5 distinct captions of one image, or its complete captions if `complete` (one per shape
+    group, in category order; see the module docstring; then nothing is drawn from `rng`).
 
     ``categories``/``colours`` are the image's instances (indices into ``CATEGORIES`` /
     ``SHAPE_COLOURS``) in drawing order; ``background`` indexes ``BACKGROUNDS``.
@@ -89,10 +101,12 @@ def caption_image(rng: random.Random, categories: list[int], colours: list[int],
         groups.setdefault(category, []).append(colour)
     ordered = sorted(groups.items())
     background_name = BACKGROUNDS[background][0]
+    if complete:
+        return _complete_captions(ordered, background_name)
     wanted = rng.randint(MIN_CAPTIONS, MAX_CAPTIONS)
     captions: list[str] = []
     for _ in range(8 * MAX_CAPTIONS):
-        caption = _one_caption(rng, ordered, background_name, complete)
+        caption = _one_caption(rng, ordered, background_name)
         if caption not in captions:
             captions.append(caption)
             if len(captions) == wanted:

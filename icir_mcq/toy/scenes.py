@@ -44,7 +44,8 @@ def sample_scenes(n_images: int, rng: np.random.Generator, image_size: int, worl
     """Place 1-3 non-overlapping shapes of `world`'s categories per ``image_size`` x ``image_size`` image.
 
     The number of shapes follows ``world.shapes_per_image_p``; each shape has its category's fixed
-    colour when ``world.category_colours`` is set. A single shape may use the whole canvas; several
+    colour when ``world.category_colours`` is set, and the shapes of an image have distinct
+    categories when ``world.distinct_categories`` is (otherwise a shape may repeat an earlier one's). A single shape may use the whole canvas; several
     shapes each get a distinct quadrant of a 2x2 grid, so no shape occludes another and each
     polygon is exactly the drawn region. Returns ``Scenes`` of ``n_images`` images.
     """
@@ -68,6 +69,10 @@ def sample_scenes(n_images: int, rng: np.random.Generator, image_size: int, worl
         colour[same_colour] = colour[first_instance[image_of[same_colour]] + source_slot[same_colour]]
     # Free colours are drawn in every world, so the standard world's random stream (and its
     # files) stays what it was before worlds existed; fixed colours then replace them.
+    if world.distinct_categories:
+        # Each image takes the first n_shapes of its own random order of the world's categories.
+        order = np.argsort(rng.random((n_images, len(world.categories))), axis=1)
+        category = np.asarray(world.categories)[order[image_of, slot]]
     if world.category_colours is not None:
         fixed = np.zeros(len(CATEGORIES), dtype=np.int64)
         fixed[list(world.categories)] = world.category_colours
