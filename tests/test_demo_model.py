@@ -204,6 +204,12 @@ def test_background_retrieval_asks_for_the_background_of_the_mcq_target(draw):
         # only the target shows the category, and some other image in context shows another background
         shown = [by_file[f] for f in question.image_files]
         assert [category in {index.categories[c] for c in index.image_categories[i]} for i in shown].count(True) == 1
+    bare = retrieval_records(draw.world, 5, 20, seed=4, passages=False)
+    for retrieval, images_only in zip(retrievals, bare, strict=True):
+        question = retrieval.prompt[retrieval.ablation_start_char:]
+        assert images_only.prompt == "<image>\n" * 5 + question and images_only.answers == retrieval.answers
+        assert images_only.prompt[slice(*images_only.cattok_char_span)] == retrieval.prompt[slice(*retrieval.cattok_char_span)]
+        assert (images_only.image_files, images_only.target) == (retrieval.image_files, retrieval.target)
 
 
 # --- how a checkpoint is made ------------------------------------------------------------------------

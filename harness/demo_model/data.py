@@ -43,7 +43,7 @@ from harness.capture.inputs import CaptureRequest, render
 from icir_mcq.coco_index import CocoIndex, load_coco
 from icir_mcq.mentions import category_pattern
 from icir_mcq.mmniah import load_contexts
-from icir_mcq.prompt import LETTERS, QUESTION, cattok_char_span, render_prompt
+from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, QUESTION, cattok_char_span, render_prompt
 from icir_mcq.sampling import sample_configs
 from icir_mcq.toy import ToyCorpus, write_toy_corpus
 from icir_mcq.toy.shapes import BACKGROUNDS
@@ -51,8 +51,9 @@ from vhs_adapter.build import build_vhs
 from vhs_adapter.toy_questions import write_toy_vhs_questions
 
 MAX_PASSAGE_CHARS = 16
-MCQ, VHS, NAMING, OPTIONS, OPTION_WORDS, RETRIEVAL = (
-    "icir_mcq", "vhs_single", "naming", "option_finding", "option_words", "background_retrieval")
+MCQ, VHS, NAMING, OPTIONS, OPTION_WORDS, RETRIEVAL, BARE_RETRIEVAL = (
+    "icir_mcq", "vhs_single", "naming", "option_finding", "option_words", "background_retrieval",
+    "bare_background_retrieval")
 RETRIEVAL_QUESTION = "What colour is the background of the image above that contains {category}?"
 OPTIONS_QUESTION = "Which caption mentions {category}? Answer with a single letter (A, B, C, or D)."
 SHAPE_PROMPT = "<image>\nName a shape in the picture."
@@ -67,7 +68,8 @@ class TaskRecord:
     """One training or evaluation sample, as the demo model sees it.
 
     Attributes:
-        task: ``MCQ``, ``VHS``, ``NAMING``, ``OPTIONS``, ``OPTION_WORDS`` or ``RETRIEVAL``.
+        task: ``MCQ``, ``VHS``, ``NAMING``, ``OPTIONS``, ``OPTION_WORDS``, ``RETRIEVAL`` or
+            ``BARE_RETRIEVAL`` (background retrieval over the images alone).
         prompt: the stored prompt, one ``<image>`` placeholder per image.
         image_files: image paths relative to the world's COCO root, in context order.
         answers: every correct answer token's text: one letter A-D (MCQ, option finding), "Yes" or
@@ -156,11 +158,13 @@ def vhs_records(world: ToyWorld, n_images: int, questions: int, seed: int) -> li
         ]
 
 
-def retrieval_records(world: ToyWorld, n_images: int, samples: int, seed: int) -> list[TaskRecord]:
-    """`samples` *background retrieval* records: the images and passages of the ICIR-MCQ records
-    `mcq_records` draws with the same arguments, asked "What colour is the background of the image
-    above that contains <category>?" and answered with the first word of the target image's
-    background (from its captions).
+def retrieval_records(world: ToyWorld, n_images: int, samples: int, seed: int,
+                      passages: bool = True) -> list[TaskRecord]:
+    """`samples` *background retrieval* records: the images (and, with `passages`, the passages) of
+    the ICIR-MCQ records `mcq_records` draws with the same arguments, asked "What colour is the
+    background of the image above that contains <category>?" and answered with the first word of
+    the target image's background (from its captions). Without `passages` the prompt is the images
+    alone, one ``<image>`` line each, then the question.
 
     The retrieval half of ICIR-MCQ without the caption matching and the letter: in the demo world
     the distractor images show other backgrounds, so only the image with the category answers it.
@@ -170,10 +174,11 @@ def retrieval_records(world: ToyWorld, n_images: int, samples: int, seed: int) -
     out = []
     for record in mcq_records(world, n_images, samples, seed):
         asked = question.search(record.prompt)
-        category, context = asked.group(1), record.prompt[:asked.start()]
+        category = asked.group(1)
+        context = record.prompt[:asked.start()] if passages else f"{IMAGE_PLACEHOLDER}\n" * len(record.image_files)
         prompt = context + RETRIEVAL_QUESTION.format(category=category)
         target = file_to_image[record.image_files[record.target]]
-        out.append(dataclasses.replace(record, task=RETRIEVAL, prompt=prompt,
+        out.append(dataclasses.replace(record, task=RETRIEVAL if passages else BARE_RETRIEVAL, prompt=prompt,
                                        answers=(background_word(world.index.captions[target]),),
                                        cattok_char_span=cattok_char_span(prompt, category),
                                        ablation_start_char=len(context)))

@@ -83,6 +83,7 @@ from tqdm import tqdm
 from harness.demo_model.architecture import DEMO_SIZES, VOCAB_SIZE, build_model, build_processor
 from harness.demo_model.data import (
     BACKGROUND_WORDS,
+    BARE_RETRIEVAL,
     MCQ,
     NAMING,
     OPTION_WORDS,
@@ -176,7 +177,7 @@ class TrainingRecipe:
 
 
 def draw_records(world: ToyWorld, task: str, n_images: int, count: int, seed: int) -> list[TaskRecord]:
-    """`count` records of `task` (``MCQ`` and ``RETRIEVAL`` round `count` down to a balanced multiple
+    """`count` records of `task` (``MCQ`` and the retrievals round `count` down to a balanced multiple
     of lcm(N, 4); ``NAMING`` is single-image, `n_images` must be 1; option finding is text-only, 0)."""
     if task == NAMING:
         if n_images != 1:
@@ -186,9 +187,12 @@ def draw_records(world: ToyWorld, task: str, n_images: int, count: int, seed: in
         if n_images != 0:
             raise ValueError(f"option finding is text-only, got a pool of haystack size {n_images}")
         return (option_records if task == OPTIONS else option_word_records)(world, count, seed)
-    if task in (MCQ, RETRIEVAL):
+    if task in (MCQ, RETRIEVAL, BARE_RETRIEVAL):
         step = math.lcm(max(n_images, 2), 4)
-        return (mcq_records if task == MCQ else retrieval_records)(world, n_images, max(step, count // step * step), seed)
+        samples = max(step, count // step * step)
+        if task == MCQ:
+            return mcq_records(world, n_images, samples, seed)
+        return retrieval_records(world, n_images, samples, seed, passages=task == RETRIEVAL)
     return vhs_records(world, n_images, count - count % 2, seed)
 
 
