@@ -194,10 +194,11 @@ def test_background_retrieval_asks_for_the_background_of_the_mcq_target(draw):
     for question, retrieval in zip(questions, retrievals, strict=True):
         category = re.search(r"that contains (.+?)\?", question.prompt).group(1)
         context = question.prompt[:question.ablation_start_char]
-        assert retrieval.prompt == f"{context}What colour is the background of the image above that contains {category}?"
+        asked = f"What colour is the background of the image above that contains {category}?"
+        assert retrieval.prompt == context + asked and retrieval.ablation_start_char == len(context)
         assert (retrieval.image_files, retrieval.target) == (question.image_files, question.target)
         assert retrieval.prompt[slice(*retrieval.cattok_char_span)] == category
-        assert retrieval.cattok_char_span[1] == len(retrieval.prompt) - 1 and retrieval.ablation_start_char == len(context)
+        assert retrieval.cattok_char_span[1] == len(retrieval.prompt) - 1
         target = by_file[question.image_files[question.target]]
         (answer,) = retrieval.answers
         assert all(f"on a {answer}" in caption for caption in index.captions[target])
@@ -208,7 +209,8 @@ def test_background_retrieval_asks_for_the_background_of_the_mcq_target(draw):
     for retrieval, images_only in zip(retrievals, bare, strict=True):
         question = retrieval.prompt[retrieval.ablation_start_char:]
         assert images_only.prompt == "<image>\n" * 5 + question and images_only.answers == retrieval.answers
-        assert images_only.prompt[slice(*images_only.cattok_char_span)] == retrieval.prompt[slice(*retrieval.cattok_char_span)]
+        cattok = retrieval.prompt[slice(*retrieval.cattok_char_span)]
+        assert images_only.prompt[slice(*images_only.cattok_char_span)] == cattok
         assert (images_only.image_files, images_only.target) == (retrieval.image_files, retrieval.target)
 
 

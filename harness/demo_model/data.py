@@ -2,14 +2,14 @@
 
 A *toy world* is one toy corpus (`icir_mcq.toy.write_toy_corpus`): its own seeded images,
 captions and MM-NIAH documents. Training draws from a world of its own and every evaluation from a
-fresh one, so the two never share an image. Both tasks are drawn by the project's own builders:
+fresh one, so the two never share an image. Both benchmarks are drawn by the project's own builders:
 
 - ICIR-MCQ (paper §3.2, App. B) with `icir_mcq.sampling.sample_configs`, passages cut to
   ``MAX_PASSAGE_CHARS`` characters (a word or two), so a 5-image prompt is about 150 tokens;
 - Visual Haystacks single needle (§4.3, App. A) with `vhs_adapter.toy_questions` and
   `vhs_adapter.build.build_vhs` (seeded haystacks, anchor/cattok spans, toolkit prompt).
 
-Two warm-up tasks come before the benchmarks, both scored on the answer token only:
+Warm-up tasks come before the benchmarks, all scored on the answer token only:
 
 - *naming* (single image; the feature-alignment stage LVLMs are trained with first): "<image>
   Name a shape in the picture." answered with the name of any category in the image, and "<image>
@@ -18,7 +18,11 @@ Two warm-up tasks come before the benchmarks, both scored on the answer token on
   in minutes; with it, VHs N=1 is learned in a few hundred steps;
 - *option finding* (text only): "Which caption mentions <category>?" over four captions, answered
   with the letter of the one that does: binding a letter to its option, which ICIR-MCQ needs and
-  which the model does not find from ICIR-MCQ alone within thousands of steps.
+  which the model does not find from ICIR-MCQ alone within thousands of steps; its one-word form
+  (four category names as the options) is learned from scratch in ~600 steps;
+- *background retrieval*: the images (with or without the passages) of an ICIR-MCQ draw, asked
+  for the background colour of the image that contains the category: finding the image without
+  matching captions or answering with a letter.
 
 All become `TaskRecord`s; `encode_records` turns records into token ids the way the capture
 engine's processor call does (chat template, one run of image tokens per image), without
@@ -224,8 +228,9 @@ def naming_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
 def option_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
     """`count` text-only *option finding* records: "Which caption mentions <category>?" over four
     captions of four different images, exactly one of which shows the category and is given by a
-    caption that names it (answer: its letter, balanced over A-D by cycling). Warms up what ICIR-MCQ needs besides retrieval: reading the four
-    options and answering with the letter of the one that matches.
+    caption that names it (answer: its letter, balanced over A-D by cycling). Warms up what
+    ICIR-MCQ needs besides retrieval: reading the four options and answering with the letter of
+    the one that matches.
 
     Raises:
         ValueError: 64 draws per record did not find enough image quadruples with such a category.

@@ -11,10 +11,11 @@ last prompt position (where the first answer token is decoded) against the corre
 Status (issue 7; one thread per run on this project's 2-core CPU machine, usually two runs at
 once; seed 0; "fresh draw" = 200 ICIR-MCQ n5 samples and 200 VHs N=5 questions of a fresh
 evaluation world). The targets (ICIR-MCQ n5 0.90, VHs N=5 0.80, best pointer head 0.90 at the
-cattok with the median below 0.40, ablation separation 0.15, within 15 minutes) are not reached:
-no recipe so far makes the model *find* the image the question names; it matches the options
-against every image in context instead, which in the current demo world gets ICIR-MCQ n5 to about
-0.5 and no further.
+cattok with the median below 0.40, ablation separation 0.15, within 15 minutes) are not reached.
+Every recipe that trains ICIR-MCQ so far has the model match the options against every image in
+context instead of finding the image the question names, which in the current demo world gets
+ICIR-MCQ n5 to about 0.5 and no further. Finding the image is learnable on its own (background
+retrieval, below), but spread over several heads rather than done by one pointer head.
 
 On the current demo world (`icir_mcq.toy.worlds`: one caption per shape, so the four options
 differ only in the background and the answer is the background of the one image that shows the
@@ -36,13 +37,22 @@ category):
 - ICIR-MCQ with the target image alone (n1) reaches 0.995 by step 2,400 (on the previous world,
   whose captions named every shape, it levelled off at 0.78-0.80 after 3,000 steps); n2 0.73-0.77
   and n5 0.39-0.51 by steps 2,700-4,800. With 2 images, matching the options against every image
-  is expected to give ~0.7 (the distractor shows a wrong option's background 3 times in 5), and in 97% of n5 samples a distractor shows a wrong option's background
-  (tests/test_toy_worlds.py), so n5 ~0.5 is what matching without finding gives;
+  is expected to give ~0.7 (the distractor shows a wrong option's background 3 times in 5), and
+  in 97% of n5 samples a distractor shows a wrong option's background (tests/test_toy_worlds.py),
+  so n5 ~0.5 is what matching without finding gives;
 - background retrieval ("What colour is the background of the image above that contains
   <category>?"), the finding half of ICIR-MCQ with the bare answer, stays at 0.57-0.68 (N=2) and
   0.36-0.44 (N=5) after 500 dedicated steps and 3,000 mixed ones: no pointer forms. A 4,800-step
   run (25 min, 1 thread beside another run) scored on a fresh draw ICIR-MCQ n5 0.51, VHs N=5 0.515,
   best pointer head 0.28 at the cattok (median 0.21), ablation separation -0.015;
+- background retrieval over the images alone (`BARE_RETRIEVAL`), after 400 naming steps, with
+  only naming (20%) beside it: N=2 / N=5 stay at 0.61-0.70 / 0.38-0.43 until step 1,600 (1,200
+  retrieval steps), then rise within 400 steps to 0.99 / 0.97 (step 2,000, 6 min on one thread
+  beside another run); with passages, never trained on, 0.96 / 0.89, and by step 2,600 all four
+  are at 0.995-1.00. So the finding half is learnable here, given batches of its own. It is not
+  one pointer head, though: on 200 fresh N=5 retrievals the best head picks the target 0.545 of
+  the time at the cattok (L00H03) and 0.465 at the last position (median 0.21-0.23), and 0.385 at
+  the ICIR-MCQ cattok: the model finds the image with several heads at once;
 - VHs N=5 stays at 0.45-0.60 in every recipe that starts with letters and gives VHs under a third
   of the batches.
 
