@@ -171,7 +171,8 @@ def retrieval_records(world: ToyWorld, n_images: int, samples: int, seed: int,
     alone, one ``<image>`` line each, then the question.
 
     The retrieval half of ICIR-MCQ without the caption matching and the letter: in the demo world
-    the distractor images show other backgrounds, so only the image with the category answers it.
+    each distractor shows a background drawn independently of the target's, so only finding the
+    image with the category answers it reliably.
     """
     file_to_image = {file: image for image, file in world.index.image_files.items()}
     question = re.compile(re.escape(QUESTION).replace(re.escape("{category}"), "(.+?)"))
