@@ -24,8 +24,8 @@ ANSWER_WORDS = ("A", "B", "C", "D", "Yes", "No")
 
 
 # 4 layers x 6 heads of dimension 16 (24 heads: ablation budget K = 24 / 8 = 3), residual width 96;
-# about 0.6 M parameters (626 k with a 900-token vocabulary). 8 heads of width 128 learn option finding in fewer steps, but each step
-# costs 1.5-2x as long on one CPU thread.
+# about 0.6 M parameters (626 k with a 900-token vocabulary). 8 heads of width 128 learn option
+# finding in fewer steps, but each step costs 1.5-2x as long on one CPU thread.
 DEMO_SIZES = TextSizes.from_overrides(num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=6, head_dim=16)
 VOCAB_SIZE = 900
 # Qwen3-VL's RoPE base of 5e6 suits head dimension 128; with 16 dimensions (8 frequencies) only

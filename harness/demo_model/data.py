@@ -32,7 +32,6 @@ processing an image twice: pixels come from a `PixelCache`.
 from __future__ import annotations
 
 import dataclasses
-import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -127,6 +126,11 @@ def mcq_records(world: ToyWorld, n_images: int, samples: int, seed: int) -> list
     keeps the target image alone, with the passages before and after it: caption matching without
     retrieval.
     """
+    return [record for _, record in _sampled_mcq(world, n_images, samples, seed)]
+
+
+def _sampled_mcq(world: ToyWorld, n_images: int, samples: int, seed: int) -> list[tuple[dict, TaskRecord]]:
+    """`mcq_records`, each with the builder's record (``category``, ``target_image_id``, ...) it came from."""
     config = f"n{max(n_images, 2)}"
     records, _ = sample_configs(world.index, world.contexts, [config], samples, seed,
                                 max_passage_chars=MAX_PASSAGE_CHARS)
@@ -137,8 +141,8 @@ def mcq_records(world: ToyWorld, n_images: int, samples: int, seed: int) -> list
         if n_images == 1:
             prompt = render_prompt(r["passages"][target : target + 2], r["category"], r["options"])
             image_files, target, span = image_files[target : target + 1], 0, cattok_char_span(prompt, r["category"])
-        out.append(TaskRecord(MCQ, prompt, tuple(image_files), (r["answer"],), target, tuple(span),
-                              prompt.rindex(question_start)))
+        out.append((r, TaskRecord(MCQ, prompt, tuple(image_files), (r["answer"],), target, tuple(span),
+                                  prompt.rindex(question_start))))
     return out
 
 
@@ -174,18 +178,15 @@ def retrieval_records(world: ToyWorld, n_images: int, samples: int, seed: int,
     each distractor shows a background drawn independently of the target's, so only finding the
     image with the category answers it reliably.
     """
-    file_to_image = {file: image for image, file in world.index.image_files.items()}
-    question = re.compile(re.escape(QUESTION).replace(re.escape("{category}"), "(.+?)"))
     out = []
-    for record in mcq_records(world, n_images, samples, seed):
-        asked = question.search(record.prompt)
-        category = asked.group(1)
-        context = record.prompt[:asked.start()] if passages else f"{IMAGE_PLACEHOLDER}\n" * len(record.image_files)
-        prompt = context + RETRIEVAL_QUESTION.format(category=category)
-        target = file_to_image[record.image_files[record.target]]
+    for drawn, record in _sampled_mcq(world, n_images, samples, seed):
+        # An ICIR-MCQ record's ablation span starts at its question sentence: what precedes it is context.
+        context = (record.prompt[:record.ablation_start_char] if passages
+                   else f"{IMAGE_PLACEHOLDER}\n" * len(record.image_files))
+        prompt = context + RETRIEVAL_QUESTION.format(category=drawn["category"])
         out.append(dataclasses.replace(record, task=RETRIEVAL if passages else BARE_RETRIEVAL, prompt=prompt,
-                                       answers=(background_word(world.index.captions[target]),),
-                                       cattok_char_span=cattok_char_span(prompt, category),
+                                       answers=(background_word(world.index.captions[drawn["target_image_id"]]),),
+                                       cattok_char_span=cattok_char_span(prompt, drawn["category"]),
                                        ablation_start_char=len(context)))
     return out
 
