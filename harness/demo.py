@@ -1,8 +1,10 @@
 """``icir demo --out DIR``: the main job on the embedded default data, start to end.
 
-Writes the toy corpus (rendered shapes in the COCO 2017 + MM-NIAH layout, plus Visual Haystacks
-question files over its images), builds both ICIR-MCQ configs and the VHs folder from it, then
-runs ``icir eval`` with the default model on ``icir_mcq`` and ``vhs_single_n{2,5,10}``: lm-eval's
+Writes a demo-world toy corpus (rendered shapes in the COCO 2017 + MM-NIAH layout, plus Visual
+Haystacks question files over its images), builds both ICIR-MCQ configs and the VHs folder from it
+as the shipped demo model was trained to read them (the demo world, passages cut to
+``MAX_PASSAGE_CHARS``; its images are not the training world's), then runs ``icir eval`` with the
+default model (the shipped demo model) on ``icir_mcq`` and ``vhs_single_n{2,5,10}``: lm-eval's
 table with the head metrics, the top pointer heads, and where the artifacts are.
 """
 
@@ -12,6 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
+from harness.demo_model.data import DEMO_WORLD, MAX_PASSAGE_CHARS
 from icir_mcq.build import build_icir_mcq
 from icir_mcq.cli import print_build_summary
 from icir_mcq.toy import write_toy_corpus
@@ -26,11 +29,11 @@ DEMO_IMAGE_BUDGET = 64
 
 def run_demo(args: argparse.Namespace) -> int:
     """Write ``OUT/toy``, ``OUT/icir_mcq`` and ``OUT/vhs`` (each replaced if present); print what was built."""
-    corpus = write_toy_corpus(args.out / "toy", args.images, seed=args.seed, overwrite=True)
+    corpus = write_toy_corpus(args.out / "toy", args.images, seed=args.seed, overwrite=True, world=DEMO_WORLD)
     print(f"toy corpus: {corpus.n_images} images, {corpus.n_captions} captions, {corpus.n_contexts} "
           f"MM-NIAH contexts in {corpus.root}")
     summary = build_icir_mcq(corpus.coco_root, [corpus.mmniah_file], args.out / "icir_mcq", seed=args.seed,
-                             samples=args.samples, overwrite=True)
+                             samples=args.samples, overwrite=True, max_passage_chars=MAX_PASSAGE_CHARS)
     print_build_summary(summary)
     print(f'load it with: datasets.load_dataset("{summary.out}", "n5")')
     questions = write_toy_vhs_questions(corpus.coco_root, corpus.root, seed=args.seed, sizes=DEMO_VHS_SIZES,
@@ -43,6 +46,7 @@ def run_demo(args: argparse.Namespace) -> int:
     import torch
 
     from harness.cli import main
+    from harness.lm_eval_plugin.default_model import default_model_path
 
     # The demo model is tiny: intra-op threads cost more in hand-offs than they save (30x on a
     # loaded 2-core machine), so the demo evaluates on one thread.
@@ -53,8 +57,9 @@ def run_demo(args: argparse.Namespace) -> int:
         "--model_args", f"image_budget={DEMO_IMAGE_BUDGET}", "--metadata", json.dumps(metadata),
         "--gen_kwargs", f"max_gen_toks={args.max_gen_toks}", "--output_path", str(args.out / "eval"),
     ]
-    print("\nThe default model is a tiny Qwen3-VL with random weights (real architecture, processor and chat "
-          "template): its accuracy and head metrics sit near chance, and it rarely answers Yes/No.")
+    print(f"\nThe default model is the shipped demo model ({default_model_path()}): a 4-layer x 6-head Qwen3-VL "
+          "trained on another demo-world draw to find the image a question names; its training record is "
+          "TRAINING.md in that folder.")
     print("\n$ icir " + " ".join(arg if " " not in arg else f"'{arg}'" for arg in eval_argv), flush=True)
     return main(eval_argv)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -12,6 +13,7 @@ from torch import nn
 from harness.capture import CaptureRequest
 from harness.capture.inputs import encode_requests
 from harness.cli import build_parser
+from harness.cli import main as icir_main
 from harness.demo_model.architecture import build_model, build_processor, fan_in_init
 from harness.demo_model.checkpoint import TRAINING_RECORD, load_demo_model, train_and_save
 from harness.demo_model.data import (
@@ -31,6 +33,7 @@ from harness.demo_model.data import (
     retrieval_records,
 )
 from harness.demo_model.evaluate import (
+    EVAL_WORLD_SEED,
     VHS_CHOICES,
     ablated_accuracies,
     ablation_budget,
@@ -38,7 +41,8 @@ from harness.demo_model.evaluate import (
     evaluation_draw,
     run_task,
 )
-from harness.demo_model.train import POOL_SEEDS, Pool, Stage, TrainingRecipe, train_demo_model
+from harness.demo_model.train import POOL_SEEDS, Pool, Stage, TrainingRecipe, answer_loss, train_demo_model
+from harness.lm_eval_plugin.default_model import default_model_path
 from harness.tiny_models.parts import TextSizes
 from icir_mcq.mentions import category_pattern
 from icir_mcq.errors import UserInputError
@@ -115,19 +119,50 @@ def test_ablating_no_head_gives_the_unablated_accuracy(demo, draw):
     assert ablated_accuracies(model, processor, draw.world, records, [[]]) == [unablated]
 
 
+def _training_batch(demo, draw, records) -> dict[str, torch.Tensor]:
+    model, processor = demo
+    pixels = PixelCache(processor, draw.world, [f for r in records for f in r.image_files])
+    return collate(encode_records(processor, records, pixels), pixels, processor.tokenizer.pad_token_id,
+                   model.config.image_token_id)
+
+
 def test_training_inputs_equal_what_the_capture_engine_feeds_the_model(demo, draw):
     model, processor = demo
     records = draw.mcq[:3] + draw.vhs[:3]
-    pixels = PixelCache(processor, draw.world, [f for r in records for f in r.image_files])
-    ours = collate(encode_records(processor, records, pixels), pixels, processor.tokenizer.pad_token_id,
-                   model.config.image_token_id)
+    ours = _training_batch(demo, draw, records)
     requests = [CaptureRequest(r.prompt, [draw.world.image(f) for f in r.image_files]) for r in records]
     theirs, layouts = encode_requests(processor, requests, model.config.image_token_id)
-    for key in ("input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw"):
-        assert torch.equal(ours[key], theirs[key].to(ours[key].dtype)), key
+    # Training appends each sample's first answer token after its prompt (to learn to end the turn there).
+    answer_ids = [processor.tokenizer.convert_tokens_to_ids(r.answers[0]) for r in records]
+    for key, appended in (("input_ids", answer_ids), ("attention_mask", [1] * 6), ("mm_token_type_ids", [0] * 6)):
+        expected = torch.nn.functional.pad(theirs[key].to(ours[key].dtype), (0, 1))
+        for row, (layout, value) in enumerate(zip(layouts, appended)):
+            expected[row, layout.last + 1] = value
+        assert torch.equal(ours[key], expected), key
+    for key in ("pixel_values", "image_grid_thw"):
+        assert torch.equal(ours[key], theirs[key]), key
     assert ours["last"].tolist() == [layout.last for layout in layouts]
     assert [processor.tokenizer.convert_ids_to_tokens(row) for row in ours["answers"].tolist()] == [
         list(r.answers) for r in records]
+
+
+def test_answer_loss_scores_the_answer_and_the_end_of_turn_after_it(demo, draw):
+    model, processor = demo
+    records = draw.mcq[:2] + draw.vhs[:2]
+    batch = _training_batch(demo, draw, records)
+    end_of_turn = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    with torch.no_grad():
+        loss, correct = answer_loss(model, batch, end_of_turn)
+        log_p = model(**{k: v for k, v in batch.items() if k not in ("last", "answers")}).logits.log_softmax(-1)
+    answer_nll, end_nll, expected_correct = [], [], []
+    for row, record in enumerate(records):
+        last, answer = int(batch["last"][row]), processor.tokenizer.convert_tokens_to_ids(record.answers[0])
+        assert batch["input_ids"][row, last + 1] == answer
+        answer_nll.append(-log_p[row, last, answer])
+        end_nll.append(-log_p[row, last + 1, end_of_turn])
+        expected_correct.append(bool(log_p[row, last].argmax() == answer))
+    assert loss == pytest.approx(float(torch.stack(answer_nll).mean() + torch.stack(end_nll).mean()), rel=1e-5)
+    assert correct.tolist() == expected_correct
 
 
 def test_evaluation_records_carry_their_spans(draw):
@@ -300,3 +335,84 @@ def test_recipe_refuses_pools_whose_draw_seeds_would_collide():
     validation = (Pool(MCQ, 5, 20), Pool(VHS, 5, 20))
     kept = pools[: POOL_SEEDS - 2]  # with 2 validation pools: every draw seed used once
     assert len(TrainingRecipe(pools=kept, validation=validation).pools) == POOL_SEEDS - 2
+
+
+# --- The shipped checkpoint: issue 7's known-answer targets on a draw it was neither trained nor chosen on.
+
+SHIPPED_CHECK_SEED = 424_242  # not EVAL_WORLD_SEED, whose figures TRAINING.md reports
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_demo_model(default_model_path())
+
+
+@pytest.fixture(scope="module")
+def shipped_evaluation(shipped, tmp_path_factory):
+    draw = evaluation_draw(tmp_path_factory.mktemp("shipped-check") / "toy", mcq_samples=200, vhs_questions=200,
+                           seed=SHIPPED_CHECK_SEED)
+    return evaluate_demo(*shipped, draw)
+
+
+@pytest.mark.slow
+def test_shipped_demo_model_answers_icir_mcq_and_vhs(shipped_evaluation):
+    assert shipped_evaluation.n_mcq == shipped_evaluation.n_vhs == 200
+    assert shipped_evaluation.mcq_accuracy >= 0.90  # chance 0.25
+    assert shipped_evaluation.vhs_accuracy >= 0.80  # chance 0.5
+
+
+@pytest.mark.slow
+def test_shipped_demo_models_pointer_head_is_the_designated_one_among_chance_level_heads(shipped_evaluation):
+    assert shipped_evaluation.chance_r1 == pytest.approx(0.2)
+    assert shipped_evaluation.top_heads[0] == "L00H00"  # the head DropHead never zeroes in training
+    assert shipped_evaluation.median_r1 < 0.40
+    second = np.sort(shipped_evaluation.pointer_r1, axis=None)[-2]
+    assert shipped_evaluation.best_r1 - second >= 0.4
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 7 target not reached: the best pointer head finds the image for 6-7 "
+                                       "of the 9 categories (R@1 ~0.8); see harness/demo_model/train.py")
+def test_shipped_demo_models_best_pointer_head_reaches_the_target(shipped_evaluation):
+    assert shipped_evaluation.best_r1 >= 0.90
+
+
+@pytest.mark.slow
+def test_zeroing_the_shipped_models_top_pointer_heads_costs_more_than_random_heads(shipped_evaluation):
+    assert len(shipped_evaluation.top_heads) == 3  # 24 heads / 8
+    assert shipped_evaluation.ablation_separation >= 0.15
+
+
+@pytest.mark.slow
+def test_shipped_demo_model_is_the_one_its_training_record_describes(shipped, tmp_path):
+    """Re-measuring on the draw TRAINING.md reports gives its figures exactly: the weights are the documented ones."""
+    record = json.loads((default_model_path() / TRAINING_RECORD).read_text())
+    assert re.fullmatch(rf"icir demo-model train --out \S+ --seed {record['seed']}", record["command"])
+    assert record["evaluation_world_seed"] == EVAL_WORLD_SEED
+    reported = record["evaluation"]
+    draw = evaluation_draw(tmp_path / "toy", mcq_samples=reported["samples"]["icir_mcq"],
+                           vhs_questions=reported["samples"]["vhs"])
+    measured = evaluate_demo(*shipped, draw).summary()
+    # Another CPU's kernels may flip a near-tie: one sample in 200 is 0.005.
+    for key in ("icir_mcq_n5_accuracy", "vhs_single_n5_accuracy", "pointer_r1_best", "pointer_r1_median",
+                "accuracy_top_heads_zeroed", "ablation_separation"):
+        assert measured[key] == pytest.approx(reported[key], abs=0.011), key
+    assert measured["ablated_top_heads"] == reported["ablated_top_heads"]
+
+
+@pytest.mark.slow
+def test_icir_demo_evaluates_the_shipped_model_through_lm_eval(tmp_path, capsys):
+    """``make demo``'s path: the default model answers both benchmarks through lm-eval and its pointer head leads the table."""
+    out = tmp_path / "demo"
+    assert icir_main(["demo", "--out", str(out), "--images", "400", "--samples", "60", "--vhs-questions", "20"]) == 0
+    printed = capsys.readouterr().out
+    (results_file,) = out.glob("eval/*/results_*.json")
+    results = json.loads(results_file.read_text())["results"]
+    assert results["icir_mcq_n5"]["acc,none"] >= 0.85  # 60 samples; the 200-sample check above asks 0.90
+    for n in (2, 5, 10):
+        # One-token answers that end the turn: every generation holds a Yes/No.
+        assert results[f"vhs_single_n{n}"]["compliance,none"] == 1.0
+    assert results["vhs_single_n5"]["acc,none"] >= 0.7
+    # The printed head table names the pointer head the direct evaluation finds (TRAINING.md).
+    best = re.search(r"icir_mcq_n5 +cattok pointer_r1 ([0-9.]+) \((L\d\dH\d\d)\)", printed)
+    assert best and best.group(2) == "L00H00" and float(best.group(1)) >= 0.6

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,14 +133,14 @@ def test_task_names_are_checked_with_suggestions():
         check_task_names(["hellaswag"], known)
 
 
-def test_default_model_is_saved_once_under_icir_cache(tmp_path, monkeypatch):
-    from harness.lm_eval_plugin.default_model import default_model_path
+def test_default_model_is_the_shipped_demo_model(tmp_path, monkeypatch):
+    from harness.lm_eval_plugin import default_model
     from harness.lm_eval_plugin.model import check_architecture
 
-    monkeypatch.setenv("ICIR_CACHE", str(tmp_path))
-    path = default_model_path()
-    assert path == tmp_path / "models" / "tiny-qwen3_vl-seed0"
-    stamp = (path / "config.json").stat().st_mtime_ns
-    assert default_model_path() == path and (path / "config.json").stat().st_mtime_ns == stamp
-    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    path = default_model.default_model_path()
+    assert path == Path(default_model.__file__).parents[1] / "demo_model" / "shipped"
     check_architecture(str(path), None, False)  # a supported LVLM: no error
+    (tmp_path / "config.json").write_text("{}")
+    monkeypatch.setattr(default_model, "SHIPPED_DEMO_MODEL", tmp_path)
+    with pytest.raises(UserInputError, match="lacks model.safetensors: reinstall the package with its data"):
+        default_model.default_model_path()

@@ -74,7 +74,7 @@ Trained with
 (seed {summary["seed"]}, torch {summary["torch"]}, {summary["threads"]} thread(s), {summary["machine"]}).
 Preparation {summary["seconds"]["preparation"]} s, training {summary["seconds"]["training"]} s,
 total {summary["seconds"]["total"]} s; 1-minute load average at the end {summary["load_average"]}
-(other processes shared the CPUs).
+(the run's own {summary["threads"]} thread(s) count towards it; more means other processes shared the CPUs).
 
 ## Issue 7 targets
 

@@ -21,8 +21,9 @@ def _train(args: argparse.Namespace) -> int:
 def _evaluate(args: argparse.Namespace) -> int:
     from harness.demo_model.checkpoint import load_demo_model
     from harness.demo_model.evaluate import evaluate_demo, evaluation_draw
+    from harness.lm_eval_plugin.default_model import default_model_path
 
-    model, processor = load_demo_model(args.model)
+    model, processor = load_demo_model(args.model or default_model_path())
     with tempfile.TemporaryDirectory(prefix="demo-model-eval-") as work:
         draw = evaluation_draw(Path(work) / "toy", mcq_samples=args.samples, vhs_questions=args.samples,
                                seed=args.seed)
@@ -42,7 +43,8 @@ def register(subparsers) -> None:
     train.set_defaults(func=_train)
 
     evaluate = commands.add_parser("eval", help="known-answer figures of a demo model on a fresh toy draw")
-    evaluate.add_argument("--model", type=Path, required=True, help="checkpoint folder written by `demo-model train`")
+    evaluate.add_argument("--model", type=Path, help="checkpoint folder written by `demo-model train` "
+                                                     "(default: the shipped demo model)")
     evaluate.add_argument("--samples", type=int, default=200, help="ICIR-MCQ samples and VHs questions (default 200)")
     evaluate.add_argument("--seed", type=int, default=20_260,
                           help="toy world seed of the evaluation draw (default 20260, the one `train` reports)")

@@ -354,15 +354,22 @@ def encode_records(processor, records: Sequence[TaskRecord], pixels: PixelCache)
 
 def collate(samples: Sequence[EncodedSample], pixels: PixelCache, pad_id: int, image_token_id: int,
             ) -> dict[str, torch.Tensor]:
-    """One right-padded batch: the processor's model inputs (``mm_token_type_ids`` is 1 at image
-    tokens, as `Qwen3VLProcessor` sets it) plus ``last`` [B] (last prompt token) and ``answers``
-    [B, A] (each sample's correct answer ids, padded with -1 to the most answers in the batch)."""
-    length = max(len(s.input_ids) for s in samples)
+    """One right-padded batch: each prompt followed by its first correct answer token, as the
+    processor's model inputs (``mm_token_type_ids`` is 1 at image tokens, as `Qwen3VLProcessor`
+    sets it) plus ``last`` [B] (last prompt token; the appended answer token sits at ``last + 1``)
+    and ``answers`` [B, A] (each sample's correct answer ids, padded with -1 to the most answers in
+    the batch).
+
+    The appended answer token lets training teach the model to end its turn after the answer
+    (`harness.demo_model.train.answer_loss`); the positions up to ``last`` see only the prompt
+    (causal attention), so they are what `harness.capture.inputs.encode_requests` gives.
+    """
+    length = max(len(s.input_ids) for s in samples) + 1
     input_ids = torch.full((len(samples), length), pad_id, dtype=torch.long)
     attention_mask = torch.zeros((len(samples), length), dtype=torch.long)
     for row, sample in enumerate(samples):
-        input_ids[row, : len(sample.input_ids)] = torch.tensor(sample.input_ids)
-        attention_mask[row, : len(sample.input_ids)] = 1
+        input_ids[row, : len(sample.input_ids) + 1] = torch.tensor([*sample.input_ids, sample.answer_ids[0]])
+        attention_mask[row, : len(sample.input_ids) + 1] = 1
     files = [file for s in samples for file in s.image_files]
     images = dict(zip(("pixel_values", "image_grid_thw"), pixels.batch(files))) if files else {}
     return {
@@ -370,8 +377,7 @@ def collate(samples: Sequence[EncodedSample], pixels: PixelCache, pad_id: int, i
         "attention_mask": attention_mask,
         "mm_token_type_ids": (input_ids == image_token_id).int(),
         **images,
-        "last": attention_mask.sum(dim=1) - 1,
+        "last": attention_mask.sum(dim=1) - 2,
         "answers": torch.nn.utils.rnn.pad_sequence([torch.tensor(s.answer_ids) for s in samples],
                                                    batch_first=True, padding_value=-1),
     }
-

@@ -108,7 +108,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
     Model arguments (``--model_args key=value``) beyond ``hf-multimodal``'s:
 
     Args:
-        pretrained: model folder or Hub id; default: a tiny random Qwen3-VL saved at first use
+        pretrained: model folder or Hub id; default: the shipped demo model
             (`default_model.default_model_path`).
         pointer_mode: ``exact`` (the attention the model computes) or ``proxy`` / ``proxy_causal``
             (Eq. 3 from the q_proj/k_proj outputs); see `harness.capture`.
