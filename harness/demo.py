@@ -14,7 +14,6 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.demo_model.data import DEMO_WORLD, MAX_PASSAGE_CHARS
 from icir_mcq.build import build_icir_mcq
 from icir_mcq.cli import print_build_summary
 from icir_mcq.toy import write_toy_corpus
@@ -29,6 +28,9 @@ DEMO_IMAGE_BUDGET = 64
 
 def run_demo(args: argparse.Namespace) -> int:
     """Write ``OUT/toy``, ``OUT/icir_mcq`` and ``OUT/vhs`` (each replaced if present); print what was built."""
+    # Imported here: `icir --help` should not pay for torch (the demo model's data module needs it).
+    from harness.demo_model.data import DEMO_WORLD, MAX_PASSAGE_CHARS
+
     corpus = write_toy_corpus(args.out / "toy", args.images, seed=args.seed, overwrite=True, world=DEMO_WORLD)
     print(f"toy corpus: {corpus.n_images} images, {corpus.n_captions} captions, {corpus.n_contexts} "
           f"MM-NIAH contexts in {corpus.root}")
