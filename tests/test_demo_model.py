@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 
@@ -306,6 +307,22 @@ def test_same_seed_trains_the_same_weights_and_another_seed_does_not(tmp_path):
     assert untimed[0] == untimed[1] and len(untimed[0]) == 1
 
 
+@pytest.mark.slow
+def test_drophead_trains_only_the_pointer_head_of_its_layer_when_the_others_are_always_dropped(tmp_path):
+    recipe = dataclasses.replace(_tiny_recipe(), pointer_head=(0, 1), head_dropout=1.0)
+    run = train_demo_model(5, tmp_path / "run", recipe)
+    def layer0_queries(model):
+        return model.model.language_model.layers[0].self_attn.q_proj.weight.detach()
+
+    initial, trained = layer0_queries(build_model(run.processor, recipe.sizes, seed=5)), layer0_queries(run.model)
+    head_dim = recipe.sizes.head_dim
+    # A head zeroed at every step gets no gradient: AdamW only decays its weights, by one factor per step.
+    ratio = trained[:head_dim] / initial[:head_dim]
+    assert torch.allclose(ratio, ratio.flatten()[0].expand_as(ratio), rtol=1e-5) and float(ratio.flatten()[0]) < 1
+    pointer_ratio = trained[head_dim:2 * head_dim] / initial[head_dim:2 * head_dim]
+    assert not torch.allclose(pointer_ratio, pointer_ratio.flatten()[0].expand_as(pointer_ratio), rtol=1e-3)
+
+
 def test_build_model_is_seeded():
     processor = build_processor(["For the image with a circle, is there a star?"] * 3, vocab_size=300)
     sizes = _tiny_recipe().sizes
@@ -402,7 +419,8 @@ def test_shipped_demo_model_is_the_one_its_training_record_describes(shipped, tm
 
 @pytest.mark.slow
 def test_icir_demo_evaluates_the_shipped_model_through_lm_eval(tmp_path, capsys):
-    """``make demo``'s path: the default model answers both benchmarks through lm-eval and its pointer head leads the table."""
+    """``make demo``'s path: the default model answers both benchmarks through lm-eval, and its pointer
+    head leads the printed table."""
     out = tmp_path / "demo"
     assert icir_main(["demo", "--out", str(out), "--images", "400", "--samples", "60", "--vhs-questions", "20"]) == 0
     printed = capsys.readouterr().out
