@@ -33,8 +33,14 @@ def render_prompt(passages: list[str], category: str, options: list[str]) -> str
     for passage in passages[1:]:
         lines += [IMAGE_PLACEHOLDER, passage]
     lines.append(QUESTION.format(category=category))
-    lines += [f"{letter}) {option}" for letter, option in zip(LETTERS, options)]
+    lines += option_lines(options)
     return "\n".join(lines)
+
+
+def option_lines(options: list[str]) -> list[str]:
+    """The answer-option lines ``"A) <option>"``, ``"B) ..."`` of a prompt, one per option (at most four;
+    the ICIR-MCQ prompt layout of paper App. B, which `option_line_span` reads back)."""
+    return [f"{letter}) {option}" for letter, option in zip(LETTERS, options)]
 
 
 def option_line_span(prompt: str, letter: str) -> tuple[int, int]:

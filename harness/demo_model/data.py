@@ -46,7 +46,7 @@ from harness.capture.inputs import CaptureRequest, render
 from icir_mcq.coco_index import CocoIndex, load_coco
 from icir_mcq.mentions import category_pattern
 from icir_mcq.mmniah import load_contexts
-from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, QUESTION, cattok_char_span, render_prompt
+from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, QUESTION, cattok_char_span, option_lines, render_prompt
 from icir_mcq.sampling import sample_configs
 from icir_mcq.toy import ToyCorpus, write_toy_corpus
 from icir_mcq.toy.shapes import BACKGROUNDS
@@ -255,9 +255,8 @@ def option_records(world: ToyWorld, count: int, seed: int) -> list[TaskRecord]:
         naming_it = [c for c in index.captions[picked[answer]] if category_pattern(category).search(c)]
         captions = [index.captions[i][int(rng.integers(len(index.captions[i])))] for i in picked]
         captions[answer] = naming_it[int(rng.integers(len(naming_it)))]
-        prompt = OPTIONS_QUESTION.format(category=category) + "".join(
-            f"\n{letter}) {caption}" for letter, caption in zip(LETTERS, captions))
-        records.append(TaskRecord(OPTIONS, prompt, (), (LETTERS[answer],), answer, (0, 0), 0))
+        records.append(TaskRecord(OPTIONS, _option_finding_prompt(category, captions), (), (LETTERS[answer],),
+                                  answer, (0, 0), 0))
     if len(records) < count:
         raise ValueError(f"drew only {len(records)} of {count} option-finding records: the world's images "
                          "rarely have a category the three others lack")
@@ -278,10 +277,14 @@ def option_word_records(world: ToyWorld, count: int, seed: int) -> list[TaskReco
     for k in range(count):
         picked = [names[i] for i in rng.choice(len(names), size=len(LETTERS), replace=False)]
         answer = k % len(LETTERS)
-        prompt = OPTIONS_QUESTION.format(category=picked[answer]) + "".join(
-            f"\n{letter}) {name}" for letter, name in zip(LETTERS, picked))
-        records.append(TaskRecord(OPTION_WORDS, prompt, (), (LETTERS[answer],), answer, (0, 0), 0))
+        records.append(TaskRecord(OPTION_WORDS, _option_finding_prompt(picked[answer], picked), (),
+                                  (LETTERS[answer],), answer, (0, 0), 0))
     return records
+
+
+def _option_finding_prompt(category: str, options: list[str]) -> str:
+    """The option-finding question about `category`, then the options as ICIR-MCQ lists them."""
+    return "\n".join([OPTIONS_QUESTION.format(category=category), *option_lines(options)])
 
 
 class PixelCache:

@@ -45,9 +45,14 @@ def _article(phrase: str) -> str:
     return "an" if phrase[0] in "aeiou" or phrase.startswith("hour") else "a"
 
 
+def _colour_prefix(colours: list[int]) -> str:
+    """The colour word and a space when a group's shapes share one colour, else nothing."""
+    return f"{SHAPE_COLOURS[colours[0]][0]} " if len(set(colours)) == 1 else ""
+
+
 def _group_phrase(rng: random.Random, category: int, colours: list[int], use_colour: bool) -> str:
     shape = CATEGORIES[category]
-    colour = f"{SHAPE_COLOURS[colours[0]][0]} " if use_colour and len(set(colours)) == 1 else ""
+    colour = _colour_prefix(colours) if use_colour else ""
     if len(colours) == 1:
         noun = rng.choice(shape.synonyms) if rng.random() < SYNONYM_P else shape.name
         return f"{_article(colour + noun)} {colour}{noun}"
@@ -81,7 +86,7 @@ def _complete_captions(groups: list[tuple[int, list[int]]], background: str) -> 
     captions = []
     for category, colours in groups:
         shape = CATEGORIES[category]
-        colour = f"{SHAPE_COLOURS[colours[0]][0]} " if len(set(colours)) == 1 else ""
+        colour = _colour_prefix(colours)
         noun = shape.name if len(colours) == 1 else shape.plural
         amount = _article(colour + noun) if len(colours) == 1 else NUMBER_WORDS[len(colours)]
         captions.append(_sentence(COMPLETE_TEMPLATE, [f"{amount} {colour}{noun}"], background))

@@ -47,7 +47,8 @@ def sample_scenes(n_images: int, rng: np.random.Generator, image_size: int, worl
     colour when ``world.category_colours`` is set, and the shapes of an image have distinct
     categories when ``world.distinct_categories`` is (otherwise a shape may repeat an earlier
     one's). A single shape may use the whole canvas; several shapes each get a distinct quadrant
-    of a 2x2 grid, so no shape occludes another and each polygon is exactly the drawn region. Returns ``Scenes`` of ``n_images`` images.
+    of a 2x2 grid, so no shape occludes another and each polygon is exactly the drawn region.
+    Returns ``Scenes`` of ``n_images`` images.
     """
     n_shapes = rng.choice(SHAPES_PER_IMAGE, size=n_images, p=np.array(world.shapes_per_image_p))
     first_instance = np.concatenate([[0], np.cumsum(n_shapes)[:-1]]).astype(np.int64)
