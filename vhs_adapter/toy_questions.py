@@ -52,6 +52,10 @@ class _Corpus:
         self._holders = {category: [image for image in images if category in image.categories] for category in self.categories}
         # Counted once: the multi-needle options ask for every (anchor, target) pair several times.
         self._together = Counter((a, b) for image in images for a in image.categories for b in image.categories)
+        # Listed once: every question draws its fillers from one of these (a scan per question made
+        # 8,000-question pools take seconds).
+        self._lacking = {category: [image.path for image in images if category not in image.categories]
+                         for category in self.categories}
 
     def holders(self, category: str) -> list[_Image]:
         """The images annotated with ``category``, in corpus order."""
@@ -63,7 +67,7 @@ class _Corpus:
 
     def fillers(self, anchor: str, count: int, rng: np.random.Generator) -> tuple[str, ...]:
         """``count`` distinct images without the anchor category, in random order."""
-        pool = [image.path for image in self.images if anchor not in image.categories]
+        pool = self._lacking[anchor]
         return tuple(pool[i] for i in rng.choice(len(pool), size=count, replace=False))
 
     def usable_anchors(self, n_fillers: int, n_needles: int) -> list[str]:
