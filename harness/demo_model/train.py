@@ -17,16 +17,16 @@ fresh evaluation world). The targets are ICIR-MCQ n5 0.90, VHs N=5 0.80, best po
 the cattok with the median below 0.40, and ablation separation 0.15, within 15 minutes of this
 project's 2-core CPU machine.
 
-- The default recipe, `icir demo-model train --seed 0` (the shipped checkpoint; two threads,
-  alone; 4,400 steps; preparation 45 s, training 885 s, 15.5 min in all; run again on 2026-11-30
-  with faster toy VHs drawing, bit-identical weights in 14.4 min (38 s + 828 s) and 15.8 min
-  (34 s + 914 s): the same computation varies by ~10% between runs on this machine): validation ICIR-MCQ n5
-  0.23 at step 3,000 (400 steps into the last stage), 0.755 at 4,000, 0.895 at 4,400 (VHs N=5
-  0.535, 0.825, 0.865); fresh draw ICIR-MCQ n5 0.91, VHs N=5 0.83, best pointer head L00H00 0.83
-  (next 0.275, median 0.175), ablation separation 0.457 (top 3 zeroed 0.235, random sets
-  0.57-0.905); on the draw `tests/test_demo_model.py` checks (toy world seed 424242): 0.925, 0.80,
-  0.845 (median 0.2075), separation 0.435. All targets but the best head's are met; the run
-  takes 14.4-15.8 minutes, so the 15-minute bound holds in one of three runs.
+- The default recipe, `icir demo-model train --seed 0` (the shipped checkpoint; two threads, alone;
+  4,400 steps; preparation 45 s, training 885 s, 15.5 min in all; run again on 2026-11-30 with
+  faster toy VHs drawing, bit-identical weights in 14.4 min (38 s + 828 s) and 15.8 min (34 s +
+  914 s); the same computation varies by ~10% between runs on this machine): validation ICIR-MCQ n5
+  0.23 at step 3,000 (400 steps into the last stage), 0.755 at 4,000, 0.895 at 4,400 (VHs N=5 0.535,
+  0.825, 0.865); fresh draw ICIR-MCQ n5 0.91, VHs N=5 0.83, best pointer head L00H00 0.83 (next
+  0.275, median 0.175), ablation separation 0.457 (top 3 zeroed 0.235, random sets 0.57-0.905); on
+  the draw `tests/test_demo_model.py` checks (toy world seed 424242): 0.925, 0.80, 0.845 (median
+  0.2075), separation 0.435. All targets but the best head's are met; the run takes 14.4-15.8
+  minutes, so the 15-minute bound holds in one of three runs.
 - Where the shipped L00H00 points (fresh draw). At the question's mention of the category
   ("... that contains star?") it picks the target 0.90 of the time: 1.00 for eight categories and
   0.00 for circle. At the cattok, the same word in option D (the paper's readout, ~40 tokens
@@ -34,29 +34,28 @@ project's 2-core CPU machine.
   star falls from 1.00 to 0.62 and diamond to 0.85. Circle is found elsewhere: by L00H00 at the
   "?" after the question's "circle" (1.00) and by L02H03 at option D's colour word "red" (0.92).
 - Runs of 2026-11-30, seed 0, after the toy VHs filler fix (preparation 33-38 s instead of 45 s):
-  batch 28 instead of 32 (4,400 steps; 13.8 min): validation ICIR-MCQ n5 0.25 at step 3,000,
-  0.415 at 4,000, 0.49 at 4,400; fresh draw ICIR-MCQ n5 0.455, VHs N=5 0.68, best pointer head
-  0.625. Batch 28 with a 2,050-step last stage (4,650 steps; 13.2 min): validation 0.265, 0.565,
-  0.805 at 4,650; fresh draw 0.805, 0.78, best head L00H00 0.835 (median 0.2075), separation
-  0.368. The same with a 2,350-step last stage (4,950 steps; 14.9 min): validation 0.235, 0.25,
-  0.29 at 4,950 (the letters never came); fresh draw 0.30, 0.685, best head 0.72. With the third
-  stage at 1,000 steps and 4,000 option-finding records (batch 32), background retrieval N=5 was
-  at 0.44, 0.47 and 0.62 at steps 1,000-3,000 (the default: 0.45, 0.81, 0.97), so the run was
-  stopped. One thread each, two runs at a time, default recipe
-  otherwise: 3 heads of dimension 32 per layer (12 heads; same width) gave background retrieval
-  N=5 0.34, 0.41, 0.77, 0.83 at steps 1,000-4,000 and a fresh draw of ICIR-MCQ n5 0.275, VHs N=5
-  0.625, best head 0.53; RoPE base 1e5, 0.42, 0.71, 0.74, 0.78 and 0.395, 0.60, 0.59; DropHead
-  on every head but L00H00 (p 0.5 in layer 0 and 0.25 or 0.5 elsewhere), 0.45-0.48 at step
-  1,000 and 0.42-0.55 up to step 3,000 (stopped). When retrieval takes off varies by 800+ steps
-  between runs (the stage-3 run above differs from the default before step 2,000 only in its
-  tokenizer and learning-rate schedule), so one run per change does not separate its effect from
-  chance.
-- The same with 4,700 steps (1,300 two-and-five-image retrieval, 500 one-word option finding,
-  1,900 ICIR-MCQ/VHs with VHs at 40% and ICIR-MCQ n2 at 15%; validation every 500 steps; 17.0 min,
-  two threads, alone): validation ICIR-MCQ n5 0.23 at step 3,000 (200 steps into the last stage),
-  0.41, 0.90 at 4,000, 0.965 at 4,700; fresh draw ICIR-MCQ n5 0.96, VHs N=5 0.755, best pointer
-  head L00H00 0.765 (next 0.28, median 0.1975), ablation separation 0.485 (top 3 zeroed 0.24,
-  random sets 0.495-0.94).
+  batch 28 instead of 32 (4,400 steps; 13.8 min): validation ICIR-MCQ n5 0.25 at step 3,000, 0.415
+  at 4,000, 0.49 at 4,400; fresh draw ICIR-MCQ n5 0.455, VHs N=5 0.68, best pointer head 0.625.
+  Batch 28 with a 2,050-step last stage (4,650 steps; 13.2 min): validation 0.265, 0.565, 0.805 at
+  4,650; fresh draw 0.805, 0.78, best head L00H00 0.835 (median 0.2075), separation 0.368. The same
+  with a 2,350-step last stage (4,950 steps; 14.9 min): validation 0.235, 0.25, 0.29 at 4,950 (the
+  letters never came); fresh draw 0.30, 0.685, best head 0.72. With the third stage at 1,000 steps
+  and 4,000 option-finding records (batch 32), background retrieval N=5 was at 0.44, 0.47 and 0.62
+  at steps 1,000-3,000 (the default: 0.45, 0.81, 0.97), so the run was stopped. One thread each, two
+  runs at a time, default recipe otherwise: 3 heads of dimension 32 per layer (12 heads; same width)
+  gave background retrieval N=5 0.34, 0.41, 0.77, 0.83 at steps 1,000-4,000 and a fresh draw of
+  ICIR-MCQ n5 0.275, VHs N=5 0.625, best head 0.53; RoPE base 1e5, 0.42, 0.71, 0.74, 0.78 and 0.395,
+  0.60, 0.59; DropHead on every head but L00H00 (p 0.5 in layer 0 and 0.25 or 0.5 elsewhere),
+  0.45-0.48 at step 1,000 and 0.42-0.55 up to step 3,000 (stopped). When retrieval takes off varies
+  by 800+ steps between runs (the stage-3 run above differs from the default before step 2,000 only
+  in its tokenizer and learning-rate schedule), so one run per change does not separate its effect
+  from chance.
+- The default recipe with 4,700 steps (1,300 two-and-five-image retrieval, 500 one-word option
+  finding, 1,900 ICIR-MCQ/VHs with VHs at 40% and ICIR-MCQ n2 at 15%; validation every 500 steps;
+  17.0 min, two threads, alone): validation ICIR-MCQ n5 0.23 at step 3,000 (200 steps into the last
+  stage), 0.41, 0.90 at 4,000, 0.965 at 4,700; fresh draw ICIR-MCQ n5 0.96, VHs N=5 0.755, best
+  pointer head L00H00 0.765 (next 0.28, median 0.1975), ablation separation 0.485 (top 3 zeroed
+  0.24, random sets 0.495-0.94).
 - Without DropHead the finding is spread over layer 0 or split by category. 5,500 steps (1,600
   two-and-five-image retrieval, 2,400 ICIR-MCQ/VHs with VHs at 35%; 29 min, one thread beside
   another run): fresh draw ICIR-MCQ n5 0.97, VHs N=5 0.73, best pointer head 0.34 (all six layer-0
