@@ -20,13 +20,15 @@ project's 2-core CPU machine.
 - The default recipe, `icir demo-model train --seed 0` (the shipped checkpoint; two threads, alone;
   4,400 steps; preparation 45 s, training 885 s, 15.5 min in all; run again on 2026-11-30 with
   faster toy VHs drawing, bit-identical weights in 14.4 min (38 s + 828 s) and 15.8 min (34 s +
-  914 s); the same computation varies by ~10% between runs on this machine): validation ICIR-MCQ n5
+  914 s), and with packed vision attention (`harness.demo_model.packed_vision`; 1.10-1.13x faster
+  steps side by side) bit-identical in 14.65 min (35 s + 844 s); the same computation varies by
+  ~10% between runs on this machine): validation ICIR-MCQ n5
   0.23 at step 3,000 (400 steps into the last stage), 0.755 at 4,000, 0.895 at 4,400 (VHs N=5 0.535,
   0.825, 0.865); fresh draw ICIR-MCQ n5 0.91, VHs N=5 0.83, best pointer head L00H00 0.83 (next
   0.275, median 0.175), ablation separation 0.457 (top 3 zeroed 0.235, random sets 0.57-0.905); on
   the draw `tests/test_demo_model.py` checks (toy world seed 424242): 0.925, 0.80, 0.845 (median
-  0.2075), separation 0.435. All targets but the best head's are met; the run takes 14.4-15.8
-  minutes, so the 15-minute bound holds in one of three runs.
+  0.2075), separation 0.435. All targets but the best head's are met; the run took 14.4-15.8
+  minutes before packed vision attention, 14.65 with it.
 - Where the shipped L00H00 points (fresh draw). At the question's mention of the category
   ("... that contains star?") it picks the target 0.90 of the time: 1.00 for eight categories and
   0.00 for circle. At the cattok, the same word in option D (the paper's readout, ~40 tokens
@@ -169,6 +171,7 @@ from tqdm import tqdm
 
 from harness.capture import ablate_heads
 from harness.demo_model.architecture import DEMO_SIZES, VOCAB_SIZE, build_model, build_processor
+from harness.demo_model.packed_vision import packed_vision_attention
 from harness.demo_model.data import (
     BACKGROUND_WORDS,
     BARE_RETRIEVAL,
@@ -404,31 +407,33 @@ def _train(seed: int, work_dir: Path, recipe: TrainingRecipe) -> TrainingResult:
     history: list[dict] = []
     step = 0
     progress = tqdm(total=recipe.total_steps, desc="training", unit="step")
-    for stage in recipe.stages:
-        names = list(stage.weights)
-        probabilities = np.array([stage.weights[n] for n in names]) / sum(stage.weights.values())
-        for _ in range(stage.steps):
-            # One pool per batch: its prompts have similar lengths, so little padding is computed.
-            pool = encoded[names[rng.choice(len(names), p=probabilities)]]
-            batch_samples = [pool[i] for i in rng.integers(len(pool), size=recipe.batch_size)]
-            batch = collate(batch_samples, pixels, pad_id, image_token_id)
-            dropped = [head for head in droppable if drop_rng.random() < recipe.head_dropout]
-            with ablate_heads(model, dropped):
-                loss, _ = answer_loss(model, batch, end_of_turn_id)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            progress.update()
-            progress.set_postfix(loss=f"{loss.item():.3f}")
-            if step % recipe.validate_every == 0 or step == recipe.total_steps:
-                row = {"step": step, "loss": round(loss.item(), 4), "seconds": round(time.perf_counter() - started, 1)}
-                row |= {name: accuracy(model, samples, pixels, pad_id, image_token_id, end_of_turn_id)
-                        for name, samples in encoded_validation.items()}
-                history.append(row)
-                progress.write(" ".join(f"{k}={v}" for k, v in row.items()))
+    with packed_vision_attention(model):
+        for stage in recipe.stages:
+            names = list(stage.weights)
+            probabilities = np.array([stage.weights[n] for n in names]) / sum(stage.weights.values())
+            for _ in range(stage.steps):
+                # One pool per batch: its prompts have similar lengths, so little padding is computed.
+                pool = encoded[names[rng.choice(len(names), p=probabilities)]]
+                batch_samples = [pool[i] for i in rng.integers(len(pool), size=recipe.batch_size)]
+                batch = collate(batch_samples, pixels, pad_id, image_token_id)
+                dropped = [head for head in droppable if drop_rng.random() < recipe.head_dropout]
+                with ablate_heads(model, dropped):
+                    loss, _ = answer_loss(model, batch, end_of_turn_id)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                progress.update()
+                progress.set_postfix(loss=f"{loss.item():.3f}")
+                if step % recipe.validate_every == 0 or step == recipe.total_steps:
+                    row = {"step": step, "loss": round(loss.item(), 4),
+                           "seconds": round(time.perf_counter() - started, 1)}
+                    row |= {name: accuracy(model, samples, pixels, pad_id, image_token_id, end_of_turn_id)
+                            for name, samples in encoded_validation.items()}
+                    history.append(row)
+                    progress.write(" ".join(f"{k}={v}" for k, v in row.items()))
     progress.close()
     model.eval()
     finished = time.perf_counter()
