@@ -1,17 +1,21 @@
-"""What packed vision attention saves per demo-model training step.
+"""What packed vision attention and precomputed RoPE positions save per demo-model training step.
 
 Model: the demo model's architecture (`harness.demo_model.architecture`, 4 layers x 6 heads,
 seed 0) on a small toy world. Batches: 32 encoded ICIR-MCQ n5 samples (160 images of 16 patches
 each) and 32 VHs N=5 questions, collated as `icir demo-model train` collates them. Each step is the
 training step (forward with two layer-0 heads zeroed, answer-token loss, backward, clipping, AdamW)
-with the vision tower on either
+in three variants:
 
-- ``per_image``: transformers' SDPA path, one kernel call per image and vision layer;
-- ``packed``: `harness.demo_model.packed_vision`, one call per vision layer.
+- ``transformers``: the model as loaded: the vision tower's SDPA path makes one kernel call per
+  image and vision layer, and the model computes the multimodal RoPE positions
+  (``get_rope_index``, a Python loop over samples and images);
+- ``packed``: `harness.demo_model.packed_vision`, one call per vision layer;
+- ``training``: packed, with the positions `harness.demo_model.data.collate` computes
+  (`mrope_position_ids`), as `icir demo-model train` runs.
 
 Time: median wall-clock seconds per step of interleaved rounds (the variants alternate, so drift
-of a shared machine hits both), after one warm-up round each, on a fixed number of intra-op
-threads (default 2, as the training runs). The printed ratio is per_image / packed.
+of a shared machine hits all), after one warm-up round each, on a fixed number of intra-op
+threads (default 2, as the training runs). The printed ratios are transformers / variant.
 
 Usage: ``python bench/demo_training_step.py [--rounds 5] [--steps 6] [--threads 2]``
 """
@@ -33,7 +37,7 @@ from harness.demo_model.data import BACKGROUND_WORDS, MCQ, VHS, PixelCache, coll
 from harness.demo_model.packed_vision import packed_vision_attention
 from harness.demo_model.train import answer_loss, draw_records, open_world
 
-VARIANTS = ("per_image", "packed")
+VARIANTS = ("transformers", "packed", "training")
 BATCH = 32
 
 
@@ -63,7 +67,9 @@ def main() -> None:
                       for i in range(len(samples) // BATCH)] for task, samples in encoded.items()}
 
     def round_seconds(variant: str, batch_list: list[dict]) -> float:
-        context = packed_vision_attention(model) if variant == "packed" else contextlib.nullcontext()
+        context = contextlib.nullcontext() if variant == "transformers" else packed_vision_attention(model)
+        if variant != "training":
+            batch_list = [{k: v for k, v in batch.items() if k != "position_ids"} for batch in batch_list]
         started = time.perf_counter()
         with context:
             for step in range(args.steps):
@@ -84,8 +90,9 @@ def main() -> None:
             for variant in VARIANTS:
                 times[variant].append(round_seconds(variant, batch_list))
         medians = {variant: statistics.median(values) for variant, values in times.items()}
-        print(f"{task}: per_image {medians['per_image'] * 1000:.0f} ms/step, packed {medians['packed'] * 1000:.0f} "
-              f"ms/step, ratio per_image/packed {medians['per_image'] / medians['packed']:.2f}")
+        print(f"{task}: " + ", ".join(f"{variant} {medians[variant] * 1000:.0f} ms/step" for variant in VARIANTS)
+              + "; ratios " + ", ".join(f"transformers/{variant} {medians['transformers'] / medians[variant]:.2f}"
+                                        for variant in VARIANTS[1:]))
 
 
 if __name__ == "__main__":

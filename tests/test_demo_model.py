@@ -28,6 +28,7 @@ from harness.demo_model.data import (
     collate,
     encode_records,
     mcq_records,
+    mrope_position_ids,
     naming_records,
     option_records,
     option_word_records,
@@ -147,6 +148,34 @@ def test_training_inputs_equal_what_the_capture_engine_feeds_the_model(demo, dra
         list(r.answers) for r in records]
 
 
+def test_training_positions_are_the_models_rope_index(demo, draw):
+    model, _ = demo
+    batch = _training_batch(demo, draw, draw.mcq[:3] + draw.vhs[:3] + draw.mcq[-2:])
+    assert len(set(batch["attention_mask"].sum(1).tolist())) > 1  # rows of several lengths: padding
+    expected, _ = model.model.get_rope_index(batch["input_ids"], batch["mm_token_type_ids"], batch["image_grid_thw"],
+                                             attention_mask=batch["attention_mask"])
+    assert torch.equal(batch["position_ids"], expected)
+
+
+def test_mrope_positions_follow_each_images_merged_grid(demo):
+    model, _ = demo
+    # Row 0: a text token, a 4x4-patch image (2x2 tokens), a text token, a 4x6-patch image (2x3), a
+    # text token, padding. Row 1: text, one 4x4-patch image, two text tokens, padding.
+    ids = torch.tensor([[1, 9, 9, 9, 9, 2, 9, 9, 9, 9, 9, 9, 3, 0], [4, 9, 9, 9, 9, 5, 6, 0, 0, 0, 0, 0, 0, 0]])
+    mask = (torch.arange(14) < torch.tensor([[13], [7]])).long()
+    grids = torch.tensor([[1, 4, 4], [1, 4, 6], [1, 4, 4]])
+    row0 = [[0, 1, 1, 1, 1, 3, 4, 4, 4, 4, 4, 4, 7, 0],
+            [0, 1, 1, 2, 2, 3, 4, 4, 4, 5, 5, 5, 7, 0],
+            [0, 1, 2, 1, 2, 3, 4, 5, 6, 4, 5, 6, 7, 0]]
+    row1 = [[0, 1, 1, 1, 1, 3, 4, *[0] * 7],
+            [0, 1, 1, 2, 2, 3, 4, *[0] * 7],
+            [0, 1, 2, 1, 2, 3, 4, *[0] * 7]]
+    positions = mrope_position_ids(ids, mask, 9, grids, merge_size=2)
+    assert positions.tolist() == [[a, b] for a, b in zip(row0, row1)]
+    expected, _ = model.model.get_rope_index(ids, (ids == 9).int(), grids, attention_mask=mask)
+    assert torch.equal(positions, expected)
+
+
 def test_answer_loss_scores_the_answer_and_the_end_of_turn_after_it(demo, draw):
     model, processor = demo
     records = draw.mcq[:2] + draw.vhs[:2]
@@ -154,7 +183,9 @@ def test_answer_loss_scores_the_answer_and_the_end_of_turn_after_it(demo, draw):
     end_of_turn = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
     with torch.no_grad():
         loss, correct = answer_loss(model, batch, end_of_turn)
-        log_p = model(**{k: v for k, v in batch.items() if k not in ("last", "answers")}).logits.log_softmax(-1)
+        # Without position_ids the model computes its own (get_rope_index): an independent reference.
+        log_p = model(**{k: v for k, v in batch.items() if k not in ("last", "answers", "position_ids")}
+                      ).logits.log_softmax(-1)
     answer_nll, end_nll, expected_correct = [], [], []
     for row, record in enumerate(records):
         last, answer = int(batch["last"][row]), processor.tokenizer.convert_tokens_to_ids(record.answers[0])

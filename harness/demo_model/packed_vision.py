@@ -4,8 +4,8 @@ Qwen3-VL's vision tower packs the patches of every image of a batch into one seq
 within each image (the ``cu_seqlens`` boundaries). With any kernel but flash attention it splits
 the sequence and calls the kernel once per image: a batch of 32 five-image prompts makes 160 SDPA
 calls per vision layer, forward and backward. Batched, a training step of the demo model runs
-1.13x faster on such batches and 1.10x faster on VHs N=5 batches on this project's 2-core
-machine (`bench/demo_training_step.py`). The toy images are all 64x64 px, so the per-image blocks
+1.13-1.14x faster on such batches and 1.06-1.17x faster on VHs N=5 batches on this project's
+2-core machine (`bench/demo_training_step.py`, three runs). The toy images are all 64x64 px, so the per-image blocks
 have one length and stack into a single batched SDPA call with the same numbers (bit-identical on
 CPU: `tests/test_packed_vision.py`).
 

@@ -20,21 +20,35 @@ project's 2-core CPU machine.
 - The default recipe, `icir demo-model train --seed 0` (the shipped checkpoint; two threads, alone;
   4,400 steps; preparation 45 s, training 885 s, 15.5 min in all; run again on 2026-11-30 with
   faster toy VHs drawing, bit-identical weights in 14.4 min (38 s + 828 s) and 15.8 min (34 s +
-  914 s), and with packed vision attention (`harness.demo_model.packed_vision`; 1.10-1.13x faster
-  steps side by side) bit-identical in 14.65 min (35 s + 844 s); the same computation varies by
-  ~10% between runs on this machine): validation ICIR-MCQ n5
+  914 s); with packed vision attention (`harness.demo_model.packed_vision`) bit-identical in 14.65
+  min (35 s + 844 s) and 15.2 min (39 s + 874 s); with the RoPE positions computed by `collate`
+  as well (`mrope_position_ids`; the two together make steps 1.13-1.20x faster side by side,
+  `bench/demo_training_step.py`) bit-identical in 12.5 min (42 s + 711 s), the run `TRAINING.md`
+  records; the same computation varies by ~10% between runs on this machine): validation ICIR-MCQ n5
   0.23 at step 3,000 (400 steps into the last stage), 0.755 at 4,000, 0.895 at 4,400 (VHs N=5 0.535,
   0.825, 0.865); fresh draw ICIR-MCQ n5 0.91, VHs N=5 0.83, best pointer head L00H00 0.83 (next
   0.275, median 0.175), ablation separation 0.457 (top 3 zeroed 0.235, random sets 0.57-0.905); on
   the draw `tests/test_demo_model.py` checks (toy world seed 424242): 0.925, 0.80, 0.845 (median
-  0.2075), separation 0.435. All targets but the best head's are met; the run took 14.4-15.8
-  minutes before packed vision attention, 14.65 with it.
+  0.2075), separation 0.435. All targets but the best head's are met.
 - Where the shipped L00H00 points (fresh draw). At the question's mention of the category
   ("... that contains star?") it picks the target 0.90 of the time: 1.00 for eight categories and
   0.00 for circle. At the cattok, the same word in option D (the paper's readout, ~40 tokens
   further from the images), it scores 0.83: its query is the same vector, rotated by RoPE, and
   star falls from 1.00 to 0.62 and diamond to 0.85. Circle is found elsewhere: by L00H00 at the
   "?" after the question's "circle" (1.00) and by L02H03 at option D's colour word "red" (0.92).
+  At option D's "star", L00H00 puts 0.13 of its attention on image tokens (0.4-0.6 for most
+  categories) and 0.2-0.3 on the instruction's "D" and 0.1 on its "B" ("(A, B, C, or D)", 41 and
+  46 tokens back, a fixed offset in every prompt); at option D's "circle" it spreads over the
+  options' "a" tokens and ``<|im_start|>``. Neither token precedes the question's mention.
+- Cattok retrieval (2026-11-30, seed 0): the ICIR-MCQ prompt cut after the cattok, answered with
+  the target's background word, so that option D's category word has to find the image. In place
+  of the caption background retrieval of the last stage (10% of its batches): with the tokenizer
+  fitted to every pool (so all draws changed), background retrieval never formed (cattok
+  retrieval 0.64 at the end; fresh draw ICIR-MCQ n5 0.27, VHs N=5 0.56, best head L01H01 0.445);
+  with the default tokenizer and draws, so that the first 2,600 steps were the shipped run's and
+  only those 10% of last-stage batches differed, the letters came ~400 steps later (validation
+  0.355 at step 4,000, 0.50 at 4,400) and the best head stayed where it was (fresh draw ICIR-MCQ
+  n5 0.54, VHs N=5 0.78, best head L00H00 0.825, separation 0.23).
 - Runs of 2026-11-30, seed 0, after the toy VHs filler fix (preparation 33-38 s instead of 45 s):
   batch 28 instead of 32 (4,400 steps; 13.8 min): validation ICIR-MCQ n5 0.25 at step 3,000, 0.415
   at 4,000, 0.49 at 4,400; fresh draw ICIR-MCQ n5 0.455, VHs N=5 0.68, best pointer head 0.625.
@@ -302,8 +316,8 @@ def answer_loss(model, batch: dict[str, torch.Tensor], end_of_turn_id: int) -> t
     them; plain cross-entropy for one answer); the loss is its mean plus the mean end-of-turn
     cross-entropy. A sample is correct when the full-vocabulary argmax at ``last`` is one of its answers.
     """
-    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw")
-              if k in batch}
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "mm_token_type_ids", "pixel_values", "image_grid_thw",
+                                    "position_ids") if k in batch}
     hidden = model.model(**inputs, use_cache=False).last_hidden_state
     rows = torch.arange(hidden.shape[0])
     logits, end_logits = model.lm_head(torch.stack([hidden[rows, batch["last"]], hidden[rows, batch["last"] + 1]]))
