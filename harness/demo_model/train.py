@@ -23,8 +23,9 @@ project's 2-core CPU machine.
   914 s); with packed vision attention (`harness.demo_model.packed_vision`) bit-identical in 14.65
   min (35 s + 844 s) and 15.2 min (39 s + 874 s); with the RoPE positions computed by `collate`
   as well (`mrope_position_ids`; the two together make steps 1.13-1.20x faster side by side,
-  `bench/demo_training_step.py`) bit-identical in 12.5 min (42 s + 711 s), the run `TRAINING.md`
-  records; the same computation varies by ~10% between runs on this machine): validation ICIR-MCQ n5
+  `bench/demo_training_step.py`) bit-identical in 12.5 min (42 s + 711 s; the run `TRAINING.md`
+  records) and 14.2 min (38 s + 817 s); the same computation varies by 10-15% between runs on
+  this machine): validation ICIR-MCQ n5
   0.23 at step 3,000 (400 steps into the last stage), 0.755 at 4,000, 0.895 at 4,400 (VHs N=5 0.535,
   0.825, 0.865); fresh draw ICIR-MCQ n5 0.91, VHs N=5 0.83, best pointer head L00H00 0.83 (next
   0.275, median 0.175), ablation separation 0.457 (top 3 zeroed 0.235, random sets 0.57-0.905); on
