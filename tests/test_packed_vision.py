@@ -27,8 +27,8 @@ def model_and_processor():
 
 def _inputs(model, processor, sizes: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
     """Two prompts of three images each, of `sizes` (width, height) px."""
-    requests = [CaptureRequest(PROMPT, [random_images(1, seed=10 * row + k, size=size)[0] for k, size in enumerate(sizes)],
-                               (0, 1)) for row in range(2)]
+    requests = [CaptureRequest(PROMPT, [random_images(1, seed=10 * row + k, size=size)[0]
+                                        for k, size in enumerate(sizes)], (0, 1)) for row in range(2)]
     inputs, _ = encode_requests(processor, requests, int(model.config.image_token_id))
     return inputs
 

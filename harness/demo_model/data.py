@@ -360,8 +360,9 @@ def mrope_position_ids(input_ids: torch.Tensor, attention_mask: torch.Tensor, im
     """[3, B, T] Qwen3-VL multimodal RoPE positions (temporal, height, width) of a right-padded batch.
 
     The values `Qwen3VLModel.get_rope_index` computes for images (``tests/test_demo_model.py``
-    compares them on every training task), in a few whole-batch tensor operations instead of its
-    Python loop over samples and images, which took ~12% of a training step: a text token takes the
+    compares them on ICIR-MCQ and VHs batches and on a hand-worked layout), in a few whole-batch
+    tensor operations instead of its Python loop over samples and images, which took 5-12% of a
+    training step (`bench/demo_training_step.py`): a text token takes the
     next position; an image of merged grid h x w starts at the next position p and its token at
     row r, column c gets (p, p + r, p + c); the text after it continues at p + max(h, w). Padding
     gets 0, as there.

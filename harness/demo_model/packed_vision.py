@@ -3,11 +3,11 @@
 Qwen3-VL's vision tower packs the patches of every image of a batch into one sequence and attends
 within each image (the ``cu_seqlens`` boundaries). With any kernel but flash attention it splits
 the sequence and calls the kernel once per image: a batch of 32 five-image prompts makes 160 SDPA
-calls per vision layer, forward and backward. Batched, a training step of the demo model runs
-1.13-1.14x faster on such batches and 1.06-1.17x faster on VHs N=5 batches on this project's
-2-core machine (`bench/demo_training_step.py`, three runs). The toy images are all 64x64 px, so the per-image blocks
-have one length and stack into a single batched SDPA call with the same numbers (bit-identical on
-CPU: `tests/test_packed_vision.py`).
+calls per vision layer, forward and backward. The toy images are all 64x64 px, so the per-image
+blocks have one length and stack into a single batched SDPA call with the same numbers
+(bit-identical on CPU: `tests/test_packed_vision.py`). A training step of the demo model then
+runs 1.13-1.14x faster on such batches and 1.06-1.17x faster on VHs N=5 batches on this
+project's 2-core machine (`bench/demo_training_step.py`, three runs).
 
 transformers hands the ``cu_seqlens`` of a packed sequence only to kernels whose name contains
 "flash" (`transformers.utils.generic.is_flash_attention_requested`), and
@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from transformers import AttentionInterface
 
+# "flash" in the name: transformers passes `cu_seqlens` only to such kernels (module docstring).
 PACKED_VISION_ATTENTION = "packed_sdpa_flash_varlen"
 
 

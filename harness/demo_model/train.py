@@ -186,7 +186,6 @@ from tqdm import tqdm
 
 from harness.capture import ablate_heads
 from harness.demo_model.architecture import DEMO_SIZES, VOCAB_SIZE, build_model, build_processor
-from harness.demo_model.packed_vision import packed_vision_attention
 from harness.demo_model.data import (
     BACKGROUND_WORDS,
     BARE_RETRIEVAL,
@@ -210,6 +209,7 @@ from harness.demo_model.data import (
     retrieval_records,
     vhs_records,
 )
+from harness.demo_model.packed_vision import packed_vision_attention
 from harness.tiny_models.parts import TextSizes
 
 
