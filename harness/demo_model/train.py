@@ -49,7 +49,10 @@ project's 2-core CPU machine.
   with the default tokenizer and draws, so that the first 2,600 steps were the shipped run's and
   only those 10% of last-stage batches differed, the letters came ~400 steps later (validation
   0.355 at step 4,000, 0.50 at 4,400) and the best head stayed where it was (fresh draw ICIR-MCQ
-  n5 0.54, VHs N=5 0.78, best head L00H00 0.825, separation 0.23).
+  n5 0.54, VHs N=5 0.78, best head L00H00 0.825, separation 0.23). DropHead on every head of
+  layers 1-3 (p 0.25) in the last stage only, otherwise the shipped run (so the same first 2,600
+  steps): validation ICIR-MCQ n5 0.285 at step 4,000, 0.395 at 4,400; fresh draw 0.37, VHs N=5
+  0.79, best head L00H00 0.775, separation 0.087.
 - Runs of 2026-11-30, seed 0, after the toy VHs filler fix (preparation 33-38 s instead of 45 s):
   batch 28 instead of 32 (4,400 steps; 13.8 min): validation ICIR-MCQ n5 0.25 at step 3,000, 0.415
   at 4,000, 0.49 at 4,400; fresh draw ICIR-MCQ n5 0.455, VHs N=5 0.68, best pointer head 0.625.
