@@ -8,6 +8,8 @@ different sizes take the per-block path.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -35,10 +37,7 @@ def _inputs(model, processor, sizes: list[tuple[int, int]]) -> dict[str, torch.T
 
 def _logits_and_grads(model, inputs, packed: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model.zero_grad(set_to_none=True)
-    if packed:
-        with packed_vision_attention(model):
-            logits = model(**inputs).logits
-    else:
+    with packed_vision_attention(model) if packed else contextlib.nullcontext():
         logits = model(**inputs).logits
     logits.square().mean().backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}

@@ -362,10 +362,9 @@ def mrope_position_ids(input_ids: torch.Tensor, attention_mask: torch.Tensor, im
     The values `Qwen3VLModel.get_rope_index` computes for images (``tests/test_demo_model.py``
     compares them on ICIR-MCQ and VHs batches and on a hand-worked layout), in a few whole-batch
     tensor operations instead of its Python loop over samples and images, which took 5-12% of a
-    training step (`bench/demo_training_step.py`): a text token takes the
-    next position; an image of merged grid h x w starts at the next position p and its token at
-    row r, column c gets (p, p + r, p + c); the text after it continues at p + max(h, w). Padding
-    gets 0, as there.
+    training step (`bench/demo_training_step.py`). A text token takes the next position; an image
+    of merged grid h x w starts at the next position p and its token at row r, column c gets
+    (p, p + r, p + c); the text after it continues at p + max(h, w). Padding gets 0, as there.
 
     Args:
         input_ids: [B, T] token ids; each image is one run of `image_token_id` between text tokens.

@@ -6,8 +6,8 @@ the sequence and calls the kernel once per image: a batch of 32 five-image promp
 calls per vision layer, forward and backward. The toy images are all 64x64 px, so the per-image
 blocks have one length and stack into a single batched SDPA call with the same numbers
 (bit-identical on CPU: `tests/test_packed_vision.py`). A training step of the demo model then
-runs 1.13-1.14x faster on such batches and 1.06-1.17x faster on VHs N=5 batches on this
-project's 2-core machine (`bench/demo_training_step.py`, three runs).
+runs 1.11-1.14x faster on such batches and 1.06-1.17x faster on VHs N=5 batches on this
+project's 2-core machine (`bench/demo_training_step.py`, four runs).
 
 transformers hands the ``cu_seqlens`` of a packed sequence only to kernels whose name contains
 "flash" (`transformers.utils.generic.is_flash_attention_requested`), and

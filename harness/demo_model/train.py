@@ -22,7 +22,7 @@ project's 2-core CPU machine.
   faster toy VHs drawing, bit-identical weights in 14.4 min (38 s + 828 s) and 15.8 min (34 s +
   914 s); with packed vision attention (`harness.demo_model.packed_vision`) bit-identical in 14.65
   min (35 s + 844 s) and 15.2 min (39 s + 874 s); with the RoPE positions computed by `collate`
-  as well (`mrope_position_ids`; the two together make steps 1.13-1.20x faster side by side,
+  as well (`mrope_position_ids`; the two together make steps 1.13-1.29x faster side by side,
   `bench/demo_training_step.py`) bit-identical in 12.5 min (42 s + 711 s; the run `TRAINING.md`
   records) and 14.2 min (38 s + 817 s); the same computation varies by 10-15% between runs on
   this machine): validation ICIR-MCQ n5
