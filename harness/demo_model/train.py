@@ -41,6 +41,31 @@ project's 2-core CPU machine.
   categories) and 0.2-0.3 on the instruction's "D" and 0.1 on its "B" ("(A, B, C, or D)", 41 and
   46 tokens back, a fixed offset in every prompt); at option D's "circle" it spreads over the
   options' "a" tokens and ``<|im_start|>``. Neither token precedes the question's mention.
+- Slower slow RoPE frequencies (2026-11-30; scores of the shipped L00H00 split by frequency pair
+  on the fresh draw): the eight categories it finds are matched through the five slowest of its
+  eight frequencies, never the three fastest, and star through the fourth (wavelength 199 tokens),
+  which turns 1.3 rad over the ~40 tokens from the question's mention to option D's: that is why
+  star falls at the cattok. Llama-3 RoPE scaling (transformers' ``rope_type="llama3"``, factor 32,
+  low and high frequency factors 1 and 2, original context 128: the three fastest frequencies
+  kept, the other five turned 32x slower, under 0.15 rad over 150 tokens) fixed star. Seed 0
+  (13.2 min): validation ICIR-MCQ n5 0.25, 0.91, 0.975 at steps 3,000, 4,000, 4,400; fresh draw
+  ICIR-MCQ n5 0.95, VHs N=5 0.82, best head L00H00 0.90 (star 1.00, circle 0.27, the other seven
+  0.96-1.00; median 0.18), separation 0.38; on the check draw (seed 424242) 0.95, 0.755, 0.90.
+  Circle stays where it was: L00H00 finds it at the "?" after the question's mention and at the
+  chat template's tokens before the answer (20 of 20 circle questions each), where its query is the
+  same whatever the category, so circle images are what the head selects by default; its query at
+  "circle" spreads over the options' "a" tokens. Zeroing L00H00 after the question's mention in
+  background-retrieval batches (so that it could not find circle after the mention) moved the
+  circle finding to L01H04 (20 of 20 at most tokens after the mention), not to L00H00's mention:
+  fresh draw 0.99, 0.835, best head 0.89 (circle 0.19), check draw 0.985, 0.78, 0.89. With the
+  last stage at VHs 0.5 and ICIR-MCQ n5 0.25 (instead of 0.45 and 0.3) as well: fresh 0.98,
+  0.805, 0.89, check 0.99, 0.78, 0.89; the scaling with that reweighting alone: fresh 0.865, 0.88,
+  0.895, check 0.835, 0.79, 0.89. Seeds 1 and 3 with the scaling: background retrieval N=5 stayed
+  at 0.42-0.47 up to step 3,000 (stopped; not run with plain RoPE, so the seed and the scaling
+  are not separated); seed 2 with the zeroing: fresh 0.83, 0.84, best head 0.825. None shipped:
+  with the scaling VHs N=5 on the check draw was 0.755-0.79 in all four finished runs (the target
+  0.80; the shipped checkpoint 0.80), and the best head stayed at 0.89-0.90, short while circle is
+  found by default.
 - Cattok retrieval (2026-11-30, seed 0): the ICIR-MCQ prompt cut after the cattok, answered with
   the target's background word, so that option D's category word has to find the image. In place
   of the caption background retrieval of the last stage (10% of its batches): with the tokenizer
