@@ -63,7 +63,7 @@ project's 2-core CPU machine.
   0.895, check 0.835, 0.79, 0.89. Seeds 1 and 3 with the scaling: background retrieval N=5 stayed
   at 0.42-0.47 up to step 3,000 (stopped; not run with plain RoPE, so the seed and the scaling
   are not separated); seed 2 with the zeroing: fresh 0.83, 0.84, best head 0.825. None shipped:
-  with the scaling VHs N=5 on the check draw was 0.755-0.79 in all four finished runs (the target
+  with the scaling VHs N=5 on the check draw was 0.755-0.79 in all four seed-0 runs (the target
   0.80; the shipped checkpoint 0.80), and the best head stayed at 0.89-0.90, short while circle is
   found by default.
 - Cattok retrieval (2026-11-30, seed 0): the ICIR-MCQ prompt cut after the cattok, answered with
