@@ -32,6 +32,16 @@ VOCAB_SIZE = 900
 # three rotate noticeably over a 200-token prompt, and text-only option finding leaves chance ~300
 # steps later than with base 1e4 (measured side by side on 24,000 fresh records: 0.78 vs 0.45 at step 1,000).
 DEMO_ROPE_THETA = 10_000.0
+# Llama-3's frequency-dependent RoPE scaling (transformers' ``rope_type="llama3"``) on top: the
+# frequencies whose wavelength exceeds 128 tokens (the slowest 5 of 8; base-1e4 wavelengths 199 to
+# 19,869 tokens) turn 32x slower, so they stay position-free over a prompt (under 0.15 rad across
+# 150 tokens), while the three fastest (wavelengths 6, 20 and 63 tokens) keep the positions that
+# bind letters to options. With plain base 1e4 the pointer head matched star images through the
+# wavelength-199 frequency, which turns 1.3 rad over the ~40 tokens from the question's mention to
+# option D's (the cattok): star found 1.00 of the time at the one, 0.62 at the other; with the
+# scaling 1.00 at both (`harness/demo_model/train.py`).
+DEMO_ROPE_SCALING = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0,
+                     "original_max_position_embeddings": 128}
 
 
 def build_processor(texts: Iterable[str], vocab_size: int, answer_words: Iterable[str] = ()) -> Qwen3VLProcessor:
@@ -70,7 +80,8 @@ def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int) -> Qwe
         sizes: language-model sizes (`DEMO_SIZES` for `icir demo-model train`).
         seed: ``torch.manual_seed`` of the initialisation (same seed -> same weights).
     """
-    model = qwen3_vl.build_model(processor, sizes, seed, "sdpa", rope_theta=DEMO_ROPE_THETA)
+    model = qwen3_vl.build_model(processor, sizes, seed, "sdpa", rope_theta=DEMO_ROPE_THETA,
+                                 rope_scaling=DEMO_ROPE_SCALING)
     fan_in_init(model, seed)
     return model
 

@@ -8,6 +8,8 @@ added to the first language-model layers. A 64x64 image gives 4 visual tokens.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from transformers import (
     Qwen2VLImageProcessor,
     Qwen3VLConfig,
@@ -126,15 +128,18 @@ def build_processor() -> Qwen3VLProcessor:
 
 
 def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int, attn_implementation: str,
-                rope_theta: float = 5_000_000.0):
+                rope_theta: float = 5_000_000.0, rope_scaling: Mapping[str, object] | None = None):
     """Random `Qwen3VLForConditionalGeneration` with `sizes` and the processor's token ids
-    (`rope_theta`: the text RoPE base, Qwen3-VL's 5e6 by default)."""
+    (`rope_theta`: the text RoPE base, Qwen3-VL's 5e6 by default; `rope_scaling`: a transformers
+    ``rope_type`` and its parameters, e.g. ``{"rope_type": "llama3", "factor": 8.0, ...}``, plain
+    RoPE by default)."""
     tokenizer = processor.tokenizer
     config = Qwen3VLConfig(
         text_config=sizes.text_config(
             tokenizer,
             rope_parameters={
                 "rope_type": "default",
+                **(rope_scaling or {}),
                 "rope_theta": rope_theta,
                 "mrope_section": mrope_section(sizes.head_dim, spatial_share=20),
                 "mrope_interleaved": True,
