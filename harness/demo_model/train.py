@@ -25,7 +25,8 @@ project's 2-core CPU machine. All are met.
   the recipe of the next item with Llama-3 RoPE scaling and the exclusive-pointer mask on half of
   the background-retrieval batches; 4,400 steps; two threads, alone: preparation 45 s, training
   705 s, 12.5 min in all; the first run, with a 15-second test run beside it at the start, 14.2 min,
-  bit-identical weights): validation background retrieval N=5 0.54, 0.93, 1.00 at steps 1,000,
+  bit-identical weights; a masked step costs 1.00-1.05x an unmasked one side by side,
+  `bench/exclusive_pointer_step.py`): validation background retrieval N=5 0.54, 0.93, 1.00 at steps 1,000,
   2,000, 3,000 (previous default 0.45, 0.81, 0.97), ICIR-MCQ n5 0.28, 0.91, 0.97 at steps 3,000,
   4,000, 4,400 (VHs N=5 0.64, 0.85, 0.865); fresh draw ICIR-MCQ n5 0.945, VHs N=5 0.84, best pointer
   head L00H00 1.00 (all nine categories; next 0.25, median 0.19), ablation separation 0.497 (top 3
