@@ -22,43 +22,22 @@ Usage: ``python bench/demo_training_step.py [--rounds 5] [--steps 6] [--threads 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
+from demo_bench import BATCH, bench_arguments, encoded_toy_pools, interleaved_medians, training_step
 
-from harness.capture import ablate_heads
-from harness.demo_model.architecture import DEMO_SIZES, VOCAB_SIZE, build_model, build_processor
-from harness.demo_model.data import BACKGROUND_WORDS, MCQ, VHS, PixelCache, collate, encode_records
+from harness.demo_model.architecture import DEMO_SIZES, build_model
+from harness.demo_model.data import MCQ, VHS, collate
 from harness.demo_model.packed_vision import packed_vision_attention
-from harness.demo_model.train import answer_loss, draw_records, open_world
 
 VARIANTS = ("transformers", "packed", "training")
-BATCH = 32
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per variant")
-    parser.add_argument("--steps", type=int, default=6, help="training steps per round and task")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
-    with tempfile.TemporaryDirectory() as work:
-        world = open_world(Path(work) / "toy", 400, seed=5)
-        records = {"ICIR-MCQ n5": draw_records(world, MCQ, 5, 200, seed=1),
-                   "VHs N=5": draw_records(world, VHS, 5, 200, seed=2)}
-        everything = [r for group in records.values() for r in group]
-        processor = build_processor([r.prompt.replace("<image>", "") for r in everything], VOCAB_SIZE,
-                                    answer_words=[*sorted(world.index.categories.values()), *BACKGROUND_WORDS])
-        pixels = PixelCache(processor, world, [f for r in everything for f in r.image_files])
-        encoded = {task: encode_records(processor, group, pixels) for task, group in records.items()}
-
+    args = bench_arguments(__doc__.splitlines()[0])
+    processor, pixels, encoded, _ = encoded_toy_pools({"ICIR-MCQ n5": (MCQ, 5, 200, 1), "VHs N=5": (VHS, 5, 200, 2)})
     model = build_model(processor, DEMO_SIZES, 0)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -72,29 +51,20 @@ def main() -> None:
             return batch_list
         return [{k: v for k, v in batch.items() if k != "position_ids"} for batch in batch_list]
 
-    def round_seconds(variant: str, batch_list: list[dict]) -> float:
-        context = contextlib.nullcontext() if variant == "transformers" else packed_vision_attention(model)
-        started = time.perf_counter()
-        with context:
-            for step in range(args.steps):
-                with ablate_heads(model, [(0, 1), (0, 3)]):
-                    loss, _ = answer_loss(model, batch_list[step % len(batch_list)], processor.tokenizer.eos_token_id)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-        return (time.perf_counter() - started) / args.steps
-
     print(f"{args.threads} thread(s), batch {BATCH}, {args.steps} steps per round, {args.rounds} rounds")
     for task, batch_list in batches.items():
         inputs = {variant: inputs_of(variant, batch_list) for variant in VARIANTS}
-        for variant in VARIANTS:
-            round_seconds(variant, inputs[variant])
-        times = {variant: [] for variant in VARIANTS}
-        for _ in range(args.rounds):
-            for variant in VARIANTS:
-                times[variant].append(round_seconds(variant, inputs[variant]))
-        medians = {variant: statistics.median(values) for variant, values in times.items()}
+
+        def round_seconds(variant: str) -> float:
+            context = contextlib.nullcontext() if variant == "transformers" else packed_vision_attention(model)
+            started = time.perf_counter()
+            with context:
+                for step in range(args.steps):
+                    training_step(model, optimizer, inputs[variant][step % len(batch_list)],
+                                  processor.tokenizer.eos_token_id)
+            return (time.perf_counter() - started) / args.steps
+
+        medians = interleaved_medians(VARIANTS, round_seconds, args.rounds)
         print(f"{task}: " + ", ".join(f"{variant} {medians[variant] * 1000:.0f} ms/step" for variant in VARIANTS)
               + "; ratios " + ", ".join(f"transformers/{variant} {medians['transformers'] / medians[variant]:.2f}"
                                         for variant in VARIANTS[1:]))
