@@ -39,7 +39,8 @@ def encoded_toy_pools(pools: dict[str, tuple[str, int, int, int]]):
     """
     with tempfile.TemporaryDirectory() as work:
         world = open_world(Path(work) / "toy", 400, seed=5)
-        records = {name: draw_records(world, task, n, count, seed=seed) for name, (task, n, count, seed) in pools.items()}
+        records = {name: draw_records(world, task, n, count, seed=seed)
+                   for name, (task, n, count, seed) in pools.items()}
         everything = [r for group in records.values() for r in group]
         categories = sorted(world.index.categories.values())
         processor = build_processor([r.prompt.replace("<image>", "") for r in everything], VOCAB_SIZE,
@@ -60,7 +61,8 @@ def training_step(model, optimizer, batch: dict[str, torch.Tensor], end_of_turn_
     optimizer.zero_grad(set_to_none=True)
 
 
-def interleaved_medians(variants: Sequence[str], round_seconds: Callable[[str], float], rounds: int) -> dict[str, float]:
+def interleaved_medians(variants: Sequence[str], round_seconds: Callable[[str], float],
+                        rounds: int) -> dict[str, float]:
     """Median seconds per step of each variant over `rounds` rounds in which the variants alternate
     (so drift of a shared machine hits all), after one warm-up round each."""
     for variant in variants:

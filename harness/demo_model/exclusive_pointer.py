@@ -5,9 +5,10 @@ designated pointer head is kept from attending image tokens from text positions,
 head may attend them only from the tokens that name a category. The image a question names then
 reaches the answer only through the pointer head at the category's mention, so the head has to
 match every category word to its images itself: unmasked, the demo model found one category
-(circle, in every seed-0 run) through a query that is the same at any content-free position, the
-"?" after the mention or the chat template's tokens, and never learned a match for it at the
-mention, so the best head stayed at 8 of 9 categories at the cattok (R@1 0.90, circle 0.27).
+(circle, in every seed-0 run measured) through a query that is the same at any content-free
+position, the "?" after the mention or the chat template's tokens, and never learned a match for
+it at the mention, so the best head stayed at 8 of 9 categories at the cattok (with the Llama-3
+RoPE scaling R@1 0.90, circle 0.27).
 Trained with the mask on half of the background-retrieval batches, the head finds all nine (R@1
 1.00; `harness.demo_model.train`). Image tokens keep their own attention (to earlier images and
 text), and the other batches train unmasked, so that at evaluation, unmasked, the other heads

@@ -26,9 +26,9 @@ project's 2-core CPU machine. All are met.
   the background-retrieval batches; 4,400 steps; two threads, alone: preparation 45 s, training
   705 s, 12.5 min in all; the first run, with a 15-second test run beside it at the start, 14.2 min,
   bit-identical weights; a masked step costs 1.00-1.05x an unmasked one side by side,
-  `bench/exclusive_pointer_step.py`): validation background retrieval N=5 0.54, 0.93, 1.00 at steps 1,000,
-  2,000, 3,000 (previous default 0.45, 0.81, 0.97), ICIR-MCQ n5 0.28, 0.91, 0.97 at steps 3,000,
-  4,000, 4,400 (VHs N=5 0.64, 0.85, 0.865); fresh draw ICIR-MCQ n5 0.945, VHs N=5 0.84, best pointer
+  `bench/exclusive_pointer_step.py`): validation background retrieval N=5 0.54, 0.93, 1.00 at
+  steps 1,000, 2,000, 3,000 (previous default 0.45, 0.81, 0.97), ICIR-MCQ n5 0.28, 0.91, 0.97 at
+  steps 3,000, 4,000, 4,400 (VHs N=5 0.64, 0.85, 0.865); fresh draw ICIR-MCQ n5 0.945, VHs N=5 0.84, best pointer
   head L00H00 1.00 (all nine categories; next 0.25, median 0.19), ablation separation 0.497 (top 3
   zeroed 0.25, random sets 0.62-0.885); on the draw `tests/test_demo_model.py` checks (toy world
   seed 424242): 0.97, 0.825, 1.00 (median 0.2075), separation 0.463.
@@ -72,8 +72,8 @@ project's 2-core CPU machine. All are met.
   categories) and 0.2-0.3 on the instruction's "D" and 0.1 on its "B" ("(A, B, C, or D)", 41 and
   46 tokens back, a fixed offset in every prompt); at option D's "circle" it spreads over the
   options' "a" tokens and ``<|im_start|>``. Neither token precedes the question's mention.
-- Slower slow RoPE frequencies (2026-11-30, before the mask; scores of the then shipped L00H00 split by frequency pair
-  on the fresh draw): the eight categories it finds are matched through the five slowest of its
+- Slower slow RoPE frequencies (2026-11-30, before the mask; scores of the then shipped L00H00
+  split by frequency pair on the fresh draw): the eight categories it finds are matched through the five slowest of its
   eight frequencies, never the three fastest, and star through the fourth (wavelength 199 tokens),
   which turns 1.3 rad over the ~40 tokens from the question's mention to option D's: that is why
   star falls at the cattok. Llama-3 RoPE scaling (transformers' ``rope_type="llama3"``, factor 32,
@@ -499,10 +499,11 @@ def _train(seed: int, work_dir: Path, recipe: TrainingRecipe) -> TrainingResult:
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _learning_rate(step, recipe))
     rng = np.random.default_rng([seed, 7])
     drop_rng = np.random.default_rng([seed, 8])  # its own stream: the batches do not depend on `head_dropout`
-    exclusive_rng = np.random.default_rng([seed, 9])
+    exclusive_rng = np.random.default_rng([seed, 9])  # likewise for `exclusive_pointer_p`
     category_ids = None
     if recipe.exclusive_pointer_p > 0 and {pool.task for pool in recipe.pools} & set(recipe.exclusive_pointer_tasks):
-        category_ids = torch.tensor([token_id(processor, " " + name) for name in sorted(world.index.categories.values())])
+        category_ids = torch.tensor([token_id(processor, " " + name)
+                                     for name in sorted(world.index.categories.values())])
     layer, pointer = recipe.pointer_head
     droppable = [(layer, head) for head in range(recipe.sizes.num_attention_heads) if head != pointer]
     history: list[dict] = []
@@ -521,9 +522,9 @@ def _train(seed: int, work_dir: Path, recipe: TrainingRecipe) -> TrainingResult:
                 dropped = [head for head in droppable if drop_rng.random() < recipe.head_dropout]
                 exclusive = (pool_task(name) in recipe.exclusive_pointer_tasks
                              and exclusive_rng.random() < recipe.exclusive_pointer_p)
-                with ablate_heads(model, dropped), (exclusive_pointer(model, batch["input_ids"], category_ids,
-                                                                       recipe.pointer_head)
-                                                     if exclusive else contextlib.nullcontext()):
+                mask = (exclusive_pointer(model, batch["input_ids"], category_ids, recipe.pointer_head)
+                        if exclusive else contextlib.nullcontext())
+                with ablate_heads(model, dropped), mask:
                     loss, _ = answer_loss(model, batch, end_of_turn_id)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
