@@ -25,11 +25,11 @@ import time
 import torch
 from demo_bench import BATCH, bench_arguments, encoded_toy_pools, interleaved_medians, training_step
 
+from harness.capture import answer_token_ids
 from harness.demo_model.architecture import DEMO_SIZES, build_model
 from harness.demo_model.data import BARE_RETRIEVAL, RETRIEVAL, collate
 from harness.demo_model.exclusive_pointer import exclusive_pointer
 from harness.demo_model.packed_vision import packed_vision_attention
-from harness.demo_model.train import token_id
 
 VARIANTS = ("unmasked", "exclusive")
 POINTER_HEAD = (0, 0)
@@ -43,7 +43,7 @@ def main() -> None:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     pad_id, image_token_id = processor.tokenizer.pad_token_id, model.config.image_token_id
-    category_ids = torch.tensor([token_id(processor, " " + name) for name in categories])
+    category_ids = torch.tensor(answer_token_ids(processor, [" " + name for name in categories]))
     batches = {pool: [collate(samples[i * BATCH:(i + 1) * BATCH], pixels, pad_id, image_token_id)
                       for i in range(len(samples) // BATCH)] for pool, samples in encoded.items()}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.capture import CaptureRequest, ablate_heads
+from harness.capture import CaptureRequest, ablate_heads, answer_token_ids
 from harness.capture.inputs import encode_requests
 from harness.demo_model.exclusive_pointer import exclusive_pointer, exclusive_pointer_blocks
 from harness.tiny_models import build_tiny, random_images
@@ -60,9 +60,7 @@ def test_text_sees_images_only_through_the_pointer_head_at_a_category(model_and_
     first, second = _inputs(model, processor, 0), _inputs(model, processor, 100)
     ids = first["input_ids"]
     assert torch.equal(ids, second["input_ids"]) and not torch.equal(first["pixel_values"], second["pixel_values"])
-    dog = processor.tokenizer(" dog", add_special_tokens=False)["input_ids"]
-    assert len(dog) == 1
-    category = torch.tensor(dog)
+    category = torch.tensor(answer_token_ids(processor, [" dog"]))
     mentions = torch.where(ids[0] == category)[0]
     first_mention = int(mentions.min())
     assert len(mentions) == 2  # "a dog <image>" ... "the dog?"
@@ -102,7 +100,7 @@ def test_without_images_the_mask_changes_nothing(model_and_processor):
     texts = ["Which image shows the dog?", "A cat and a bird. Which image shows the dog? Answer with a letter."]
     inputs = dict(processor.tokenizer(texts, return_tensors="pt", padding=True))
     assert not inputs["attention_mask"].all()  # padded: SDPA gets a mask tensor, not the causal flag
-    category = torch.tensor(processor.tokenizer(" dog", add_special_tokens=False)["input_ids"])
+    category = torch.tensor(answer_token_ids(processor, [" dog"]))
     plain = _text_logits(model, inputs, None)
     masked = _text_logits(model, inputs, category)
     valid = inputs["attention_mask"].bool()

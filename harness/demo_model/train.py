@@ -243,7 +243,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from harness.capture import ablate_heads
+from harness.capture import ablate_heads, answer_token_ids
 from harness.demo_model.architecture import DEMO_SIZES, VOCAB_SIZE, build_model, build_processor
 from harness.demo_model.data import (
     BACKGROUND_WORDS,
@@ -352,19 +352,6 @@ class TrainingRecipe:
 def pool_task(name: str) -> str:
     """The task of the pool called `name` (`pool_name`'s inverse for the task)."""
     return name.rsplit("-n", 1)[0]
-
-
-def token_id(processor, text: str) -> int:
-    """The one token id of `text`.
-
-    Raises:
-        ValueError: `text` is not one token in the processor's vocabulary.
-    """
-    ids = processor.tokenizer(text, add_special_tokens=False)["input_ids"]
-    if len(ids) != 1:
-        raise ValueError(f"{text!r} is {len(ids)} tokens, expected one (a larger vocab_size makes a frequent "
-                         f"word one token)")
-    return ids[0]
 
 
 def draw_records(world: ToyWorld, task: str, n_images: int, count: int, seed: int) -> list[TaskRecord]:
@@ -502,8 +489,8 @@ def _train(seed: int, work_dir: Path, recipe: TrainingRecipe) -> TrainingResult:
     exclusive_rng = np.random.default_rng([seed, 9])  # likewise for `exclusive_pointer_p`
     category_ids = None
     if recipe.exclusive_pointer_p > 0 and {pool.task for pool in recipe.pools} & set(recipe.exclusive_pointer_tasks):
-        category_ids = torch.tensor([token_id(processor, " " + name)
-                                     for name in sorted(world.index.categories.values())])
+        categories = sorted(world.index.categories.values())
+        category_ids = torch.tensor(answer_token_ids(processor, [" " + name for name in categories]))
     layer, pointer = recipe.pointer_head
     droppable = [(layer, head) for head in range(recipe.sizes.num_attention_heads) if head != pointer]
     history: list[dict] = []
