@@ -4,6 +4,6 @@ Pointer R@1 (paper Eq. 1-3), writer R@1 (Eq. 4-5, App. D), majority-vote R@1 (Ap
 head ablations (§6), plus the lm-evaluation-harness tasks and model class that report them.
 """
 
-from harness.evaluate import evaluate  # noqa: E402  (`harness.evaluate(...)`; imports lm-eval lazily)
+from harness.evaluation import evaluate  # (`harness.evaluate(...)`; imports lm-eval lazily)
 
 __all__ = ["evaluate"]

@@ -3,12 +3,12 @@
 The lm-eval model class (`harness.lm_eval_plugin.model`) writes one record per evaluated
 document: the capture arrays of the paper's criteria (pointer scores ``[P, L, H, N]``, head
 outputs ``[P, L, H, d_h]``, image embeddings ``[N, d_model]``, answer scores) and a small JSON
-record (the model's response, the document fingerprint). Aggregations and the artifacts writer
-read them back; a killed run reopens the store and skips every document already written.
+record (the model's response, the document fingerprint). The analysis stage (`harness.analysis`)
+reads them back; a killed run reopens the store and skips every document already written.
 
 Layout of a store folder::
 
-    settings.json                          capture settings every record was made with
+    capture_settings.json                  capture settings every record was made with
     shards/<task>/r<rank>-<seq>.safetensors  records of one flush by one process
 
 A shard holds tensors named ``<doc_id>/<field>`` and, in its safetensors metadata, ``records``:
@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,9 +33,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from icir_mcq.errors import UserInputError
+from harness.constants import STORE_FLUSH
+from icir_common import UserInputError, atomic_file, write_json
 
-SETTINGS_FILE = "settings.json"
+SETTINGS_FILE = "capture_settings.json"
 _SHARD_RE = re.compile(r"^r(\d+)-(\d+)\.safetensors$")
 _TASK_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
@@ -49,13 +49,6 @@ class StoredDoc:
     doc_id: int
     record: dict[str, Any]
     tensors: dict[str, torch.Tensor]
-
-
-def _write_json_atomic(path: Path, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(obj, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
 
 
 class ActivationStore:
@@ -73,7 +66,7 @@ class ActivationStore:
         UserInputError: ``settings`` differ from those the store was created with.
     """
 
-    def __init__(self, root: str | os.PathLike, settings: Mapping[str, Any], rank: int = 0, flush_every: int = 16):
+    def __init__(self, root: str | os.PathLike, settings: Mapping[str, Any], rank: int = 0, flush_every: int = STORE_FLUSH):
         if flush_every < 1:
             raise UserInputError(f"store flush_every must be >= 1, got {flush_every}")
         self.root = Path(root)
@@ -99,7 +92,7 @@ class ActivationStore:
                     f"(differing: {', '.join(differing)}); pass another store=DIR or delete that folder"
                 )
         else:
-            _write_json_atomic(path, self.settings)
+            write_json(path, self.settings, sort_keys=True)
 
     def refresh(self) -> None:
         """Index shards written since the last call (by this or any other process)."""
@@ -163,9 +156,8 @@ class ActivationStore:
             shard = task_dir / f"r{self.rank:03d}-{self._next_seq(task_dir):06d}.safetensors"
             tensors = {f"{doc_id}/{name}": t for doc_id, (_, ts) in docs.items() for name, t in ts.items()}
             records = {str(doc_id): record for doc_id, (record, _) in docs.items()}
-            tmp = task_dir / f".{shard.name}.tmp-{os.getpid()}"
-            save_file(tensors, str(tmp), metadata={"records": json.dumps(records, sort_keys=True)})
-            os.replace(tmp, shard)
+            with atomic_file(shard) as tmp:
+                save_file(tensors, str(tmp), metadata={"records": json.dumps(records, sort_keys=True)})
             for doc_id, (record, _) in docs.items():
                 self._index.setdefault((task, doc_id), (shard, record))
             self._seen_shards.add(shard)

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     Errors a user can fix (``UserInputError``) print one clear line and exit with status 2
     instead of a traceback.
     """
-    from icir_mcq.errors import UserInputError
+    from icir_common import UserInputError
 
     args = build_parser().parse_args(argv)
     try:

@@ -48,7 +48,7 @@ def run_demo(args: argparse.Namespace) -> int:
     import torch
 
     from harness.cli import main
-    from harness.lm_eval_plugin.default_model import default_model_path
+    from harness.demo_model import default_model_path
 
     # The demo model is tiny: intra-op threads cost more in hand-offs than they save (30x on a
     # loaded 2-core machine), so the demo evaluates on one thread.

@@ -23,13 +23,16 @@ lm-eval are not supported here.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
-from icir_mcq.errors import UserInputError
+from harness.constants import MODEL_NAME
+from icir_common import UserInputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``icir eval`` (all arguments are lm-eval ``run`` flags)."""
+    """Add ``icir eval`` (all arguments are lm-eval ``run`` flags) and ``icir analyze``."""
     parser = subparsers.add_parser(
         "eval",
         help="evaluate an LVLM on ICIR-MCQ / Visual Haystacks with lm-eval, reporting head metrics",
@@ -41,6 +44,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("lm_eval_args", nargs="*", help="lm-eval run arguments")
     parser.set_defaults(func=run)
+    analysis = subparsers.add_parser(
+        "analyze",
+        help="compute the head metrics and artifacts of a finished run (icir eval or lm_eval with store=DIR)",
+        description="Run the analysis stage on RUN_FOLDER (OUTPUT/<model>, holding lm-eval's results_*.json): "
+        "read its activation store once, write icir_artifacts/, add the head metrics to the results JSON "
+        "and each document's record to its samples files, and print the tables.",
+    )
+    analysis.add_argument("run_folder", type=Path, help="the run folder OUTPUT/<model> (or OUTPUT holding one)")
+    analysis.set_defaults(func=analyze)
 
 
 def lm_eval_config(argv: list[str]):
@@ -52,7 +64,7 @@ def lm_eval_config(argv: list[str]):
     from lm_eval._cli import HarnessCLI
     from lm_eval.config.evaluate_config import EvaluatorConfig
 
-    from harness.evaluate import MODEL_NAME, check_task_names, task_manager, with_defaults
+    from harness.evaluation import check_task_names, task_manager, with_defaults
 
     namespace = HarnessCLI()._parser.parse_args(["run", *argv])
     namespace.model = namespace.model or MODEL_NAME
@@ -62,33 +74,10 @@ def lm_eval_config(argv: list[str]):
     return EvaluatorConfig.from_cli(namespace)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the evaluation, save lm-eval's results and the artifacts, print the tables (rank 0)."""
-    argv = list(args.lm_eval_args)
-    if not argv or argv[0] in ("-h", "--help"):
-        from lm_eval._cli import HarnessCLI
-
-        print(__doc__)
-        HarnessCLI()._parser.parse_args(["run", "--help"])
-        return 0
-
-    from lm_eval.loggers import EvaluationTracker
-    from lm_eval.utils import make_table, setup_logging
-
-    from harness.evaluate import evaluate, format_summaries
-
-    cfg = lm_eval_config(argv)
-    setup_logging()
-    if cfg.output_path:
-        cfg.hf_hub_log_args["output_path"] = cfg.output_path
-    tracker = EvaluationTracker(**cfg.hf_hub_log_args)
-    results = evaluate(
-        cfg.tasks,
-        cfg.model_args,
-        metadata=cfg.metadata,
-        output_path=cfg.output_path,
-        model=cfg.model,
-        include_path=cfg.include_path,
+def _simple_evaluate_kwargs(cfg, tracker) -> dict:
+    """lm-eval ``simple_evaluate`` keyword arguments from its own CLI config (as lm-eval's ``run``)."""
+    seeds = cfg.seed or [None] * 4
+    return dict(
         num_fewshot=cfg.num_fewshot,
         batch_size=cfg.batch_size,
         max_batch_size=cfg.max_batch_size,
@@ -108,27 +97,106 @@ def run(args: argparse.Namespace) -> int:
         fewshot_as_multiturn=cfg.fewshot_as_multiturn,
         gen_kwargs=cfg.gen_kwargs,
         predict_only=cfg.predict_only,
-        random_seed=cfg.seed[0] if cfg.seed else None,
-        numpy_random_seed=cfg.seed[1] if cfg.seed else None,
-        torch_random_seed=cfg.seed[2] if cfg.seed else None,
-        fewshot_random_seed=cfg.seed[3] if cfg.seed else None,
+        random_seed=seeds[0],
+        numpy_random_seed=seeds[1],
+        torch_random_seed=seeds[2],
+        fewshot_random_seed=seeds[3],
         confirm_run_unsafe_code=cfg.confirm_run_unsafe_code,
     )
-    if results is None:  # not rank 0
-        return 0
-    samples = results.pop("samples") if cfg.log_samples else None
+
+
+def save_and_print(results: dict, tracker, header: str) -> None:
+    """Save lm-eval's results (and logged samples) with its tracker; print its tables and the head summary."""
+    from lm_eval.utils import make_table
+
+    from harness.analyze import format_summaries
+
+    samples = results.pop("samples", None)
     tracker.save_results_aggregated(results=results, samples=samples)
     if samples is not None:
         for task_name in results["configs"]:
             tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
     if tracker.push_results_to_hub or tracker.push_samples_to_hub:
         tracker.recreate_metadata_card()
-    print(f"{cfg.model} ({cfg.model_args}), gen_kwargs: ({cfg.gen_kwargs}), limit: {cfg.limit}, "
-          f"batch_size: {cfg.batch_size}")
+    print(header)
+    print(make_table(results))
+    if "groups" in results:
+        print(make_table(results, "groups"))
+    if "icir" in results:
+        print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"]))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation, save lm-eval's results and the artifacts, print the tables (rank 0)."""
+    argv = list(args.lm_eval_args)
+    if not argv or argv[0] in ("-h", "--help"):
+        from lm_eval._cli import HarnessCLI
+
+        print(__doc__)
+        HarnessCLI()._parser.parse_args(["run", "--help"])
+        return 0
+
+    from lm_eval.loggers import EvaluationTracker
+    from lm_eval.utils import setup_logging
+
+    from harness.evaluation import evaluate, model_name
+
+    cfg = lm_eval_config(argv)
+    setup_logging()
+    if cfg.output_path:
+        cfg.hf_hub_log_args["output_path"] = cfg.output_path
+    tracker = EvaluationTracker(**cfg.hf_hub_log_args)
+    results = evaluate(
+        cfg.tasks, cfg.model_args, metadata=cfg.metadata, output_path=cfg.output_path, model=cfg.model,
+        include_path=cfg.include_path, **_simple_evaluate_kwargs(cfg, tracker),
+    )
+    if results is None:  # not rank 0
+        return 0
+    if cfg.model == MODEL_NAME:  # the run folder is named after the model, not its absolute path
+        tracker.general_config_tracker.model_name_sanitized = model_name(cfg.model_args["pretrained"])
+    save_and_print(results, tracker, f"{cfg.model} ({cfg.model_args}), gen_kwargs: ({cfg.gen_kwargs}), "
+                                     f"limit: {cfg.limit}, batch_size: {cfg.batch_size}")
+    return 0
+
+
+def _results_file(folder: Path) -> Path:
+    """The newest lm-eval ``results_*.json`` of a run folder (or of the one run folder inside `folder`)."""
+    files = sorted(folder.glob("results_*.json")) or sorted(folder.glob("*/results_*.json"))
+    if not files:
+        raise UserInputError(f"{folder} holds no lm-eval results_*.json (pass the run folder OUTPUT/<model>)")
+    if len({f.parent for f in files}) > 1:
+        raise UserInputError(f"{folder} holds several run folders; pass one of {sorted({str(f.parent) for f in files})}")
+    return files[-1]
+
+
+def analyze(args: argparse.Namespace) -> int:
+    """``icir analyze RUN_FOLDER``: the analysis stage on a finished run; rewrites its results and samples."""
+    from lm_eval.utils import make_table
+
+    from harness.analyze import analyze_results, format_summaries
+    from harness.constants import ARTIFACTS_FOLDER
+    from harness.evaluation import parse_model_args
+    from icir_common import atomic_file, write_json
+
+    results_file = _results_file(args.run_folder)
+    results = json.loads(results_file.read_text())
+    date_id = results_file.stem.removeprefix("results_")
+    sample_files = {path: path.stem.removeprefix("samples_").removesuffix(f"_{date_id}")
+                    for path in results_file.parent.glob(f"samples_*_{date_id}.jsonl")}
+    results["samples"] = {task: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+                          for path, task in sample_files.items()}
+    model_args = parse_model_args(results.get("config", {}).get("model_args"))
+    analyze_results(results, model_args, results_file.parent / ARTIFACTS_FOLDER)
+    for path, task in sample_files.items():
+        with atomic_file(path) as tmp:
+            tmp.write_text("".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in results["samples"][task]))
+    del results["samples"]
+    write_json(results_file, results)
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
     print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"]))
+    print(f"updated {results_file}" + (f" and {len(sample_files)} samples file(s)" if sample_files else ""))
     return 0
 
 

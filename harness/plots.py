@@ -22,9 +22,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.heads import head_name
 from harness.metrics.rankings import as_flat_indices, check_grid, head_ranking, set_partition
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError, head_name
 
 FIGSIZE = (6.4, 4.8)  # inches; with DPI, a 640 x 480 px image
 DPI = 100

@@ -17,10 +17,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from icir_common import UserInputError, atomic_output_dir
 from icir_mcq.coco_index import load_coco
-from icir_mcq.errors import UserInputError
 from icir_mcq.features import FIELD_DOCS, icir_features
-from icir_mcq.hub_folder import atomic_output_dir, render_card, write_config
+from icir_mcq.hub_folder import render_card, write_config
 from icir_mcq.images import with_images
 from icir_mcq.mmniah import load_contexts
 from icir_mcq.sampling import EVAL_DIVISOR, CategoryReport, check_sample_count, sample_configs
@@ -37,7 +37,7 @@ CARD_METADATA = {
 
 
 @dataclasses.dataclass(frozen=True)
-class BuildSummary:
+class McqBuildSummary:
     """What a build wrote: rows and ``eval`` rows per config, the per-category reports, and
     wall-clock seconds per stage (``load annotations``, ``sampling``, ``writing``, ``validation``)."""
 
@@ -90,7 +90,7 @@ def build_icir_mcq(
     max_passage_chars: int | None = None,
     categories: Sequence[str] | None = None,
     overwrite: bool = False,
-) -> BuildSummary:
+) -> McqBuildSummary:
     """Build ICIR-MCQ (paper §3.2, App. B) from COCO 2017 and MM-NIAH into the folder ``out``.
 
     ``samples`` rows per config (a multiple of lcm(N, 4), exactly balanced positions and letters);
@@ -161,7 +161,7 @@ def build_icir_mcq(
         seconds["validation"] = time.perf_counter() - start
         if violations:
             raise ValidationFailed(violations)
-    return BuildSummary(
+    return McqBuildSummary(
         out=Path(out),
         rows={c: len(records[c]) for c in configs},
         eval_rows={c: sum(r["probe_split"] == "eval" for r in records[c]) for c in configs},

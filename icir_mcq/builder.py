@@ -15,8 +15,8 @@ from pathlib import Path
 
 import datasets
 
+from icir_common import UserInputError
 from icir_mcq.coco_index import load_coco
-from icir_mcq.errors import UserInputError
 from icir_mcq.features import icir_features
 from icir_mcq.hub_folder import SPLIT
 from icir_mcq.images import with_images

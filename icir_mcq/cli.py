@@ -1,4 +1,4 @@
-"""``icir toy-corpus``, ``icir build-mcq`` and ``icir validate-mcq``."""
+"""``icir build-mcq`` and ``icir validate-mcq``."""
 
 from __future__ import annotations
 
@@ -6,33 +6,14 @@ import argparse
 from pathlib import Path
 
 from icir_mcq.build import build_icir_mcq
-from icir_mcq.toy.worlds import WORLDS
 from icir_mcq.validate import validate_icir_mcq
 
 MAX_PRINTED_VIOLATIONS = 50
 
 
-def _comma_list(text: str) -> list[str]:
+def comma_list(text: str) -> list[str]:
+    """The non-empty, stripped items of a comma-separated argument."""
     return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _toy_corpus(args: argparse.Namespace) -> int:
-    from icir_mcq.toy import write_toy_corpus
-
-    corpus = write_toy_corpus(args.out, args.images, seed=args.seed, image_files=not args.no_image_files,
-                              overwrite=args.overwrite, world=args.world)
-    print(f"toy corpus in {corpus.root}: {corpus.n_train} train2017 + {corpus.n_val} val2017 images "
-          f"({'with' if corpus.image_files else 'without'} image files), {corpus.n_instances} instances, "
-          f"{corpus.n_captions} captions, {corpus.n_contexts} MM-NIAH contexts")
-    print(f"  --coco {corpus.coco_root} --mmniah {corpus.mmniah_file}")
-    if args.vhs_sizes:
-        from vhs_adapter.toy_questions import write_toy_vhs_questions
-
-        vhs = write_toy_vhs_questions(corpus.coco_root, corpus.root, seed=args.seed, sizes=tuple(args.vhs_sizes),
-                                      per_size=args.vhs_per_size)
-        print(vhs)
-        print(f"  --vhs {vhs.root} --coco {corpus.coco_root}")
-    return 0
 
 
 def print_build_summary(summary) -> None:
@@ -70,34 +51,18 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``toy-corpus``, ``build-mcq`` and ``validate-mcq`` to the ``icir`` command."""
-    toy = subparsers.add_parser("toy-corpus", help="write a toy COCO 2017 + MM-NIAH corpus of rendered shapes")
-    toy.add_argument("out", type=Path, help="output folder (gets coco/ and mm_niah/)")
-    toy.add_argument("--images", type=int, default=2000, help="number of images (default 2000)")
-    toy.add_argument("--seed", type=int, default=0)
-    toy.add_argument("--no-image-files", action="store_true", help="write annotations only, no JPEGs")
-    toy.add_argument("--world", choices=sorted(WORLDS), default="standard",
-                     help="standard: 17 categories, COCO-like partial captions (default); demo: the demo model's "
-                          "world, 9 categories each in its own colour, distinct per image, one caption per shape "
-                          "naming it and the background")
-    toy.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    toy.add_argument("--vhs-sizes", type=lambda text: [int(n) for n in _comma_list(text)], default=[1, 2, 3, 5, 10],
-                     help="haystack sizes N of the Visual Haystacks question files written into OUT/VHs_qa "
-                          "(comma list, default 1,2,3,5,10; empty for none)")
-    toy.add_argument("--vhs-per-size", type=int, default=20, help="VHs questions per file (even; default 20)")
-    toy.set_defaults(func=_toy_corpus)
-
+    """Add ``build-mcq`` and ``validate-mcq`` to the ``icir`` command."""
     build = subparsers.add_parser("build-mcq", help="build the ICIR-MCQ folder from COCO 2017 and MM-NIAH")
     build.add_argument("--coco", type=Path, required=True, help="COCO 2017 root (annotations/, train2017/, val2017/)")
     build.add_argument("--mmniah", type=Path, nargs="+", required=True, help="MM-NIAH retrieval-image.jsonl file(s)")
     build.add_argument("--out", type=Path, required=True, help="output folder (must not exist unless --overwrite)")
     build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--configs", type=_comma_list, default=["n5", "n6"], help="comma list of n<N> (default n5,n6)")
+    build.add_argument("--configs", type=comma_list, default=["n5", "n6"], help="comma list of n<N> (default n5,n6)")
     build.add_argument("--samples", type=int, default=3000,
                        help="samples per config, a multiple of lcm(N, 4) (default 3000)")
     build.add_argument("--no-embed-images", action="store_true", help="store image file names only")
     build.add_argument("--max-passage-chars", type=int, default=None, help="cut passages to at most this length")
-    build.add_argument("--categories", type=_comma_list, default=None,
+    build.add_argument("--categories", type=comma_list, default=None,
                        help="comma list of category names to query (default: every servable category)")
     build.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     build.set_defaults(func=_build)

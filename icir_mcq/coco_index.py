@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pycocotools.coco import COCO
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 COCO_SPLITS = ("train2017", "val2017")
 

@@ -7,58 +7,19 @@ features. Both ICIR-MCQ and the Visual Haystacks adapter publish through this mo
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import os
-import shutil
-import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from importlib import resources
 from pathlib import Path
 
 import datasets
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from importlib import resources
-
-from icir_mcq.errors import UserInputError
 
 SPLIT = "test"
 # Small row groups keep image-heavy shards streamable (the Hub viewer reads one group at a time).
 ROWS_PER_GROUP = 100
-
-
-@contextlib.contextmanager
-def atomic_output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``out``; rename it to ``out`` on success.
-
-    On any exception the temporary folder is removed and ``out`` is left as it was, so a
-    failed or killed build never leaves a half-written dataset behind.
-
-    Raises:
-        UserInputError: ``out`` exists and ``overwrite`` is False.
-    """
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise UserInputError(f"{out} already exists; pass --overwrite or choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    # mkdtemp makes the folder private (0700); a published folder gets the usual umask mode.
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
 
 
 def config_data_path(config: str, split: str = SPLIT) -> str:

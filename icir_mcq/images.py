@@ -9,7 +9,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from icir_mcq.features import FIELD_DOCS
 
 

@@ -1,7 +1,7 @@
 """Does a text name a COCO category? Whole-word, case-insensitive, singular or plural (App. B).
 
 "Mentions the category" in the paper's sampling procedure is read literally, as
-``../shared/paper-notes.md`` settles: the category name or its plural as whole words, so
+``docs/protocol.md`` settles: the category name or its plural as whole words, so
 "zebras" mentions zebra but "man" does not mention person (only "person", "persons" and
 "people" do). Multi-word names match with any run of whitespace between the words and are
 pluralised on their last word ("hot dogs", "wine glasses").

@@ -1,6 +1,6 @@
 """Read MM-NIAH ``retrieval-image.jsonl`` files and cut each context into its text passages.
 
-Only the text is kept (formats.md): a context's passages are the segments between its
+Only the text is kept (``docs/formats.md``): a context's passages are the segments between its
 ``<image>`` placeholders, stripped, with empty segments skipped, in document order.
 """
 
@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from icir_mcq.prompt import IMAGE_PLACEHOLDER
 
 

@@ -17,9 +17,9 @@ Layout (§3.2, App. B.1), one piece per line::
 
 from __future__ import annotations
 
+from icir_common import IMAGE_PLACEHOLDER
 from icir_mcq.mentions import last_mention_span
 
-IMAGE_PLACEHOLDER = "<image>"
 LETTERS = ("A", "B", "C", "D")
 QUESTION = (
     "Which caption best describes the image above that contains {category}? "
@@ -27,7 +27,7 @@ QUESTION = (
 )
 
 
-def render_prompt(passages: list[str], category: str, options: list[str]) -> str:
+def render_mcq_prompt(passages: list[str], category: str, options: list[str]) -> str:
     """The stored prompt of one sample: ``len(passages) - 1`` images, question, four options."""
     lines = [passages[0]]
     for passage in passages[1:]:

@@ -9,8 +9,8 @@ exactly balanced shuffled lists, so each of the N positions occurs ``samples / N
 each letter ``samples / 4`` times.
 
 Categories captions rarely name (real COCO's "hair drier", "dining table") are left out with a
-per-category report, as ../shared/paper-notes.md settles; a category the caller asked for by
-name that cannot be served is an error.
+per-category report, as ``docs/protocol.md`` settles; a category the caller asked for by name
+that cannot be served is an error.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+from icir_common import UserInputError
 from icir_mcq.coco_index import CocoIndex
-from icir_mcq.errors import UserInputError
 from icir_mcq.mentions import category_pattern
 from icir_mcq.mmniah import Context, truncate_passage
-from icir_mcq.prompt import LETTERS, cattok_char_span, render_prompt
+from icir_mcq.prompt import LETTERS, cattok_char_span, render_mcq_prompt
 
 MIN_CAPTIONED_IMAGES = 4  # the target and three option images
 EVAL_DIVISOR = 5  # probe_split: samples // 5 rows are 'eval' (600 of 3,000 per config)
@@ -266,7 +266,7 @@ class ConfigSampler:
             image_ids = distractors[:position] + [target] + distractors[position:]
             option_pairs = others[:answer_index] + [(target, target_caption)] + others[answer_index:]
             options = [caption for _, caption in option_pairs]
-            prompt = render_prompt(passages, pool.name, options)
+            prompt = render_mcq_prompt(passages, pool.name, options)
             records.append({
                 "id": f"{self.config}-{row:05d}",
                 "n_choices": self.n,

@@ -18,13 +18,13 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
+from icir_common import UserInputError
 from icir_mcq.coco_index import CocoIndex, load_coco
-from icir_mcq.errors import UserInputError
 from icir_mcq.features import FIELD_DOCS
 from icir_mcq.hub_folder import config_data_path
 from icir_mcq.mentions import last_mention_span, mentions
 from icir_mcq.mmniah import Context, load_contexts, truncate_passage
-from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, option_line_span, render_prompt
+from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, option_line_span, render_mcq_prompt
 from icir_mcq.sampling import EVAL_DIVISOR, n_choices_of, normalise_option
 
 BUILD_INFO = "build_info.json"
@@ -142,7 +142,7 @@ def check_record(record: dict, n: int, index: CocoIndex, contexts: dict[str, Con
         problems.append(f"a passage is empty, holds {IMAGE_PLACEHOLDER} or names {category!r}")
 
     prompt = record["prompt"]
-    if prompt != render_prompt(passages, category, options) or prompt.count(IMAGE_PLACEHOLDER) != n:
+    if prompt != render_mcq_prompt(passages, category, options) or prompt.count(IMAGE_PLACEHOLDER) != n:
         problems.append("prompt is not the rendering of passages, question and options")
     span = tuple(record["cattok_char_span"])
     d_start, d_end = option_line_span(prompt, LETTERS[-1]) if f"\n{LETTERS[-1]}) " in prompt else (0, -1)

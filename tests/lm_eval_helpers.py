@@ -44,6 +44,14 @@ def icir_args(root: Path, out: Path, *extra: str, model_args: str = "") -> list[
                      model_args=model_args)
 
 
+def vhs_args(root: Path, out: Path, *extra: str, model_args: str = "") -> list[str]:
+    """``icir eval`` of ``vhs_single_n5`` into ``out``, voting with the ICIR-MCQ reference run's ranking and probes."""
+    probes = artifacts_of(root / "ref_mcq") / "icir_mcq_n5"
+    transfer = f"heads_ranking={probes / 'pointer_ranking.json'},writer_probes={probes / 'writer_probes'}"
+    return eval_args(root, "--tasks", "vhs_single_n5", "--output_path", str(out), *extra,
+                     model_args=transfer + (f",{model_args}" if model_args else ""))
+
+
 def results_of(out: Path) -> dict:
     """The newest lm-eval results JSON under ``out``."""
     files = sorted(out.glob("*/results_*.json"))
@@ -79,9 +87,6 @@ def build_shared(root: Path) -> Path:
         build_vhs(root / "vhs_qa", corpus.coco_root, root / "vhs", sizes=[5], overwrite=True)
         save_tiny("qwen3_vl", root / "model", seed=0)
         assert icir_main(icir_args(root, root / "ref_mcq", "--log_samples")) == 0
-        probes = artifacts_of(root / "ref_mcq") / "icir_mcq_n5"
-        model_args = f"heads_ranking={probes / 'pointer_ranking.json'},writer_probes={probes / 'writer_probes'}"
-        assert icir_main(eval_args(root, "--tasks", "vhs_single_n5", "--output_path", str(root / "ref_vhs"),
-                                   model_args=model_args)) == 0
+        assert icir_main(vhs_args(root, root / "ref_vhs")) == 0
         (root / "done").touch()
     return root

@@ -10,7 +10,7 @@ from harness.capture import CaptureRequest, ablate_heads
 from harness.capture.adapters import attention_modules, resolve_adapter
 from harness.capture.inputs import encode_requests
 from harness.tiny_models import build_tiny, random_images
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 PROMPT = "A cat sleeps. <image> A dog barks. <image> For the image with a dog, is there a ball? Yes or No."
 

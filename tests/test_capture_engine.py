@@ -95,7 +95,7 @@ def test_exact_pointer_equals_eager_attention_rows(arch_setup):
     assert capture.image_spans == spans
     with torch.no_grad():
         attentions = eager(**inputs, output_attentions=True, use_cache=False).attentions
-    assert len(attentions) == capture.layers
+    assert len(attentions) == capture.n_layers
     rows = capture.readout_indices
     last = len(ids) - 1
     cattok = rows[0]
@@ -105,7 +105,7 @@ def test_exact_pointer_equals_eager_attention_rows(arch_setup):
     reference = torch.stack(
         [torch.stack([att[0][:, rows, s:e].sum(-1) for s, e in spans], dim=-1) for att in attentions]
     ).permute(2, 0, 1, 3)  # [P, L, H, N]
-    assert capture.pointer.shape == reference.shape == (4, capture.layers, capture.heads, 2)
+    assert capture.pointer.shape == reference.shape == (4, capture.n_layers, capture.n_heads, 2)
     assert capture.pointer.dtype == torch.float32
     torch.testing.assert_close(capture.pointer, reference, atol=TOLERANCE, rtol=0)
     assert reference.sum(-1).max() < 1  # text tokens take attention too: not a trivially normalised score
@@ -125,7 +125,7 @@ def test_head_output_image_embeds_and_answer_logits_match_own_hooks(arch_setup):
     seen, logits = _hooked_forward(model, inputs, watched)
     rows = capture.readout_indices
     d_h = capture.head_dim
-    for layer in range(capture.layers):
+    for layer in range(capture.n_layers):
         o_in = seen[f"o{layer}"][0][0, rows]  # [P, H * d_h]
         torch.testing.assert_close(capture.head_output[:, layer], o_in.view(len(rows), -1, d_h), atol=1e-6, rtol=0)
     embeds = seen["lm"][0][0]
@@ -147,9 +147,9 @@ def test_proxy_pointer_equals_hand_softmax_of_projections(arch_setup, mode):
     inputs = _encode(model, processor, PROMPT, images, QUERY)
     watched = {f"{w}{l}": (getattr(m, f"{w}_proj"), "out") for l, m in enumerate(modules) for w in "qk"}
     seen, _ = _hooked_forward(model, inputs, watched)
-    d_h, heads = capture.head_dim, capture.heads
+    d_h, heads = capture.head_dim, capture.n_heads
     expected = torch.zeros_like(capture.pointer)
-    for layer in range(capture.layers):
+    for layer in range(capture.n_layers):
         queries, keys = seen[f"q{layer}"][0][0], seen[f"k{layer}"][0][0]
         group = heads // (keys.shape[-1] // d_h)
         for head in range(heads):

@@ -22,7 +22,7 @@ from harness.capture.spans import (
     split_prompt,
 )
 from harness.tiny_models import build_tiny, random_images
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def test_locate_pieces_follows_interleaved_trimmed_and_images_first_templates():

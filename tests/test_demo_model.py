@@ -1,4 +1,8 @@
-"""The shipped demo model on a fresh toy draw (issue 7), and the parts that make and measure it."""
+"""The shipped demo model on a fresh toy draw, and the parts that make and measure it.
+
+The known-answer targets are `harness.demo_model.checkpoint.TARGETS`, tabled in
+`harness/demo_model/shipped/TRAINING.md`.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +19,10 @@ from harness.capture import CaptureRequest
 from harness.capture.inputs import encode_requests
 from harness.cli import build_parser
 from harness.cli import main as icir_main
-from harness.demo_model.architecture import build_model, build_processor, fan_in_init
-from harness.demo_model.checkpoint import TRAINING_RECORD, load_demo_model, train_and_save
+from harness.demo_model import default_model_path
 from harness.demo_model import train as train_module
-from harness.demo_model.architecture import DEMO_SIZES
+from harness.demo_model.architecture import DEMO_SIZES, build_model, build_processor, fan_in_init
+from harness.demo_model.checkpoint import TRAINING_RECORD, load_demo_model, train_and_save
 from harness.demo_model.data import (
     BACKGROUND_PROMPT,
     BARE_RETRIEVAL,
@@ -37,7 +41,7 @@ from harness.demo_model.data import (
     option_word_records,
     retrieval_records,
 )
-from harness.demo_model.evaluate import (
+from harness.demo_model.measure import (
     EVAL_WORLD_SEED,
     VHS_CHOICES,
     ablated_accuracies,
@@ -47,10 +51,9 @@ from harness.demo_model.evaluate import (
     run_task,
 )
 from harness.demo_model.train import POOL_SEEDS, Pool, Stage, TrainingRecipe, answer_loss, train_demo_model
-from harness.lm_eval_plugin.default_model import default_model_path
 from harness.tiny_models.parts import TextSizes
+from icir_common import UserInputError
 from icir_mcq.mentions import category_pattern
-from icir_mcq.errors import UserInputError
 from icir_mcq.prompt import LETTERS
 
 WORLD_SEED = 777_001
@@ -437,7 +440,8 @@ def test_recipe_refuses_pools_whose_draw_seeds_would_collide():
     assert len(TrainingRecipe(pools=kept, validation=validation).pools) == POOL_SEEDS - 2
 
 
-# --- The shipped checkpoint: issue 7's known-answer targets on a draw it was neither trained nor chosen on.
+# --- The shipped checkpoint: the known-answer targets (`checkpoint.TARGETS`, tabled in shipped/TRAINING.md) on a
+# draw it was neither trained nor chosen on.
 
 SHIPPED_CHECK_SEED = 424_242  # not EVAL_WORLD_SEED, whose figures TRAINING.md reports
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from icir_common import UserInputError
 from icir_mcq.build import build_icir_mcq
-from icir_mcq.errors import UserInputError
 
 SPLITS = ("train2017", "val2017")
 

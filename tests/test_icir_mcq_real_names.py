@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from icir_common import UserInputError
 from icir_mcq.build import build_icir_mcq
-from icir_mcq.errors import UserInputError
 from icir_mcq.hub_folder import config_data_path
 
 COCO_CATEGORIES = {

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from icir_mcq.mentions import last_mention_span, mentions, plural_forms
 from icir_mcq.mmniah import split_passages, truncate_passage
-from icir_mcq.prompt import option_line_span, render_prompt
+from icir_mcq.prompt import option_line_span, render_mcq_prompt
 from icir_mcq.sampling import check_sample_count, n_choices_of, normalise_option
 
 
@@ -35,7 +35,7 @@ def test_plural_forms(name, plurals):
     ("A ZEBRA stands alone", "zebra", True),
     ("People walking down the street.", "person", True),
     ("A person riding a horse.", "person", True),
-    ("A man riding a horse.", "person", False),  # synonyms are not matched (paper-notes.md)
+    ("A man riding a horse.", "person", False),  # synonyms are not matched (docs/protocol.md)
     ("Knives on a cutting board.", "knife", True),
     ("A computer mouse and keyboard.", "mouse", True),
     ("Three mice.", "mouse", True),
@@ -61,8 +61,8 @@ def test_last_mention_span_is_the_final_match():
     assert last_mention_span("no match", "zebra") is None
 
 
-def test_render_prompt_layout_and_option_spans():
-    prompt = render_prompt(["P0", "P1", "P2"], "zebra",
+def test_render_mcq_prompt_layout_and_option_spans():
+    prompt = render_mcq_prompt(["P0", "P1", "P2"], "zebra",
                            ["A zebra.", "Two zebras.", "The zebra eats.", "A zebra herd."])
     assert prompt == (
         "P0\n<image>\nP1\n<image>\nP2\n"

@@ -13,7 +13,7 @@ from harness.cli import main
 from icir_mcq.build import build_icir_mcq
 from icir_mcq.features import icir_features
 from icir_mcq.hub_folder import config_data_path, write_config
-from icir_mcq.prompt import render_prompt
+from icir_mcq.prompt import render_mcq_prompt
 from icir_mcq.validate import ValidationFailed, validate_icir_mcq
 
 
@@ -43,7 +43,7 @@ def _corrupt(folder: Path, tmp_path: Path, edit, config: str = "n5", embed: bool
 
 
 def _rerender(row: dict) -> None:
-    row["prompt"] = render_prompt(row["passages"], row["category"], row["options"])
+    row["prompt"] = render_mcq_prompt(row["passages"], row["category"], row["options"])
 
 
 def _first(change):

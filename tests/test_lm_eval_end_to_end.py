@@ -17,14 +17,13 @@ import torch
 import torch.nn.functional as F
 import transformers
 from datasets import load_dataset
+from lm_eval_helpers import IMAGE_BUDGET, LIMIT, MAX_GEN_TOKS, artifacts_of, build_shared, results_of, shared_root
 from safetensors.torch import load_file
 
-import harness
 from harness.capture import capture_heads
 from harness.capture.spans import conversation, split_prompt
 from harness.metrics.candidates import InContextCandidates
 from harness.metrics.writer import fit_writer_probes
-from lm_eval_helpers import IMAGE_BUDGET, LIMIT, MAX_GEN_TOKS, artifacts_of, build_shared, results_of, shared_root
 from vhs_adapter.scoring import is_compliant, is_correct
 
 KS = (1, 3, 5, 10, 20, 30)
@@ -109,6 +108,7 @@ def icir_recomputed(shared, tiny):
         "grid": grid,
         "chance": float(np.mean(1 / np.array(docs["n_choices"]))),
         "vote": _majority_curve(votes, targets, _ranking(grid)),
+        "votes": votes,
         "writer": writer.r1,
     }
 
@@ -195,11 +195,21 @@ def test_vhs_metrics_match_capture_heads(shared, tiny, icir_recomputed):
         assert got[f"writer_vote_r1@{k}"] == pytest.approx(writer_curve[k], abs=1e-12), k
 
 
-def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path):
+def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path, monkeypatch):
+    """One ``icir_mcq`` run fits the writer probes once per readout position, on both configs pooled."""
+    import harness.analysis
+
+    fits = []
+
+    def counting_fit(head_output, *args, **kwargs):
+        fits.append(tuple(head_output.shape))
+        return fit_writer_probes(head_output, *args, **kwargs)
+
+    monkeypatch.setattr(harness.analysis, "fit_writer_probes", counting_fit)
     limit = 6
     results = harness.evaluate(
         ["icir_mcq"],
-        {"pretrained": str(shared / "model"), "image_budget": IMAGE_BUDGET},
+        {"pretrained": str(shared / "model"), "image_budget": IMAGE_BUDGET, "readout": "cattok/last"},
         metadata={"icir_mcq_data": str(shared / "mcq")},
         output_path=tmp_path,
         limit=limit,
@@ -219,6 +229,7 @@ def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path):
         candidates=InContextCandidates.from_list([c.image_embeds for c in captures], targets),
         progress=False,
     )
+    assert fits == [(2 * limit, 4, 4, 16)] * 2  # pooled n5 + n6, at cattok and at last; never per config
     group = results["groups"]["icir_mcq"]
     assert group["pointer_r1,none"] == pytest.approx(grid.max(), abs=1e-12)
     assert group["pointer_top_head,none"] == int(_ranking(grid)[0])
@@ -229,3 +240,27 @@ def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path):
     artifacts = artifacts_of(tmp_path) / "icir_mcq"
     assert json.loads((artifacts / "summary.json").read_text())["pointer_r1"] == summary["pointer_r1"]
     assert (artifacts / "writer_probes" / "writer_probes.safetensors").is_file()
+
+
+def test_logged_samples_hold_readable_per_document_records(shared, icir_recomputed):
+    """``--log_samples``: answer, correctness, target image and the top pointer head's pick; no paths."""
+    (samples_file,) = sorted((shared / "ref_mcq").glob("*/samples_icir_mcq_n5_*.jsonl"))
+    text = samples_file.read_text()
+    assert str(shared) not in text and "activations" not in text
+    samples = sorted((json.loads(line) for line in text.splitlines()), key=lambda s: s["doc_id"])
+    docs = _load(shared / "mcq", "n5").select(range(LIMIT))
+    top = int(_ranking(icir_recomputed["grid"])[0])
+    n_heads = icir_recomputed["grid"].shape[1]
+    assert [s["doc_id"] for s in samples] == list(range(LIMIT))
+    for sample, doc, picks in zip(samples, docs, icir_recomputed["votes"]):
+        letters = [float(resp[0][0]) for resp in sample["resps"]]
+        assert sample["answer"] == "ABCD"[int(np.argmax(letters))]
+        assert sample["correct"] == (sample["answer"] == "ABCD"[doc["answer_index"]]) == bool(sample["acc"])
+        assert sample["target_image"] == doc["target_position"]
+        assert sample["pointer_head"] == f"L{top // n_heads:02d}H{top % n_heads:02d}"
+        assert sample["pointer_pick"] == picks[top // n_heads, top % n_heads]
+        assert sample["pointer_hit"] == (sample["pointer_pick"] == doc["target_position"])
+    records = load_file(str(artifacts_of(shared / "ref_mcq") / "icir_mcq_n5" / "head_records.safetensors"))
+    assert records["pointer_image"].dtype == torch.int16 and records["pointer_image"].shape == (LIMIT, 4, 4)
+    assert np.array_equal(records["pointer_image"].numpy(), icir_recomputed["votes"])
+    assert records["doc_id"].tolist() == list(range(LIMIT))

@@ -6,13 +6,13 @@ import argparse
 
 import pytest
 import transformers
+from lm_eval_helpers import build_shared, shared_root
 from PIL import Image
 
 from harness.cli import main as icir_main
 from harness.eval_cli import run as eval_run
 from harness.tasks.utils import load_icir_mcq
-from icir_mcq.errors import UserInputError
-from lm_eval_helpers import build_shared, shared_root
+from icir_common import UserInputError
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.activation_store import ActivationStore
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 SETTINGS = {"model": "tiny", "readout": ["cattok"], "pointer_mode": "exact"}
 
@@ -80,7 +80,7 @@ def test_other_settings_are_refused(tmp_path):
     ActivationStore(tmp_path, SETTINGS)
     with pytest.raises(UserInputError, match=r"other capture settings \(differing: pointer_mode\)"):
         ActivationStore(tmp_path, {**SETTINGS, "pointer_mode": "proxy"})
-    assert json.loads((tmp_path / "settings.json").read_text()) == SETTINGS
+    assert json.loads((tmp_path / "capture_settings.json").read_text()) == SETTINGS
 
 
 def test_missing_documents_are_named(tmp_path):

@@ -10,15 +10,15 @@ import pytest
 import torch
 from PIL import Image
 
-from harness.evaluate import check_task_names, task_manager
-from harness.lm_eval_plugin.analysis import _vote_curve
+from harness.analysis import vote_curve as _vote_curve
+from harness.evaluation import check_task_names, task_manager
 from harness.lm_eval_plugin.documents import doc_input, fingerprint, group_by_doc
 from harness.lm_eval_plugin.model import apply_image_budget, parse_readout
-from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes, ranking_document, write_json
+from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes, ranking_document
 from harness.lm_eval_plugin.stopping import StopAtAnswerWord, has_answer_word
 from harness.metrics.probes import WriterProbes
 from harness.tiny_models import build_tiny
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError, write_json
 
 
 @pytest.mark.parametrize(
@@ -134,11 +134,11 @@ def test_task_names_are_checked_with_suggestions():
 
 
 def test_default_model_is_the_shipped_demo_model(tmp_path, monkeypatch):
-    from harness.lm_eval_plugin import default_model
+    from harness import demo_model as default_model
     from harness.lm_eval_plugin.model import check_architecture
 
     path = default_model.default_model_path()
-    assert path == Path(default_model.__file__).parents[1] / "demo_model" / "shipped"
+    assert path == Path(default_model.__file__).parent / "shipped"
     check_architecture(str(path), None, False)  # a supported LVLM: no error
     (tmp_path / "config.json").write_text("{}")
     monkeypatch.setattr(default_model, "SHIPPED_DEMO_MODEL", tmp_path)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from harness.metrics import pointer_r1, pointer_votes
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def brute_force_r1(scores, targets):

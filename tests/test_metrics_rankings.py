@@ -20,7 +20,7 @@ from harness.metrics import (
     top_k_overlap,
 )
 from harness.metrics.rankings import correlation
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def test_ranking_orders_ties_by_flat_head_index():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from harness.metrics import DEFAULT_KS, NO_VOTE, majority_vote, top_k_predictions, vote_r1_curve
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def test_majority_vote_breaks_ties_by_smallest_image_index():

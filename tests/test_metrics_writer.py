@@ -15,7 +15,7 @@ from harness.metrics import (
     head_ranking,
 )
 from harness.metrics.probes import head_slice
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 N_LAYERS, N_HEADS, HEAD_DIM, D_MODEL = 2, 4, 16, 32
 PLANTED = (1, 2)  # L01H02

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.lm_eval_plugin.analysis import HeadAnalysis
-from harness.lm_eval_plugin.artifacts import write_artifacts
+from harness.analysis import HeadAnalysis
+from harness.artifacts import write_artifacts
 from harness.plots import plot_head_grid, plot_pointer_vs_writer, plot_vote_curves
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def _assert_png(path):
@@ -90,11 +90,13 @@ def _analysis(writer: bool) -> HeadAnalysis:
     rng = np.random.default_rng(0)
     grid = rng.random((2, 3, 4))
     return HeadAnalysis(
+        name="toy",
         tasks=["toy"],
-        items=[],
         positions=("cattok", "last"),
         pointer_r1=grid,
         chance=0.2,
+        votes=rng.integers(0, 5, (8, 3, 4)),
+        targets=rng.integers(0, 5, 8),
         vote_ranking=np.arange(12),
         vote_ranking_source="test",
         vote_r1={1: 0.5, 3: 0.6},

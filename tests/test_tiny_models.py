@@ -11,7 +11,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from harness.tiny_models import ARCHS, build_tiny, describe, random_images, save_tiny
 from harness.tiny_models.parts import TextSizes
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 # Hand-worked per image (64x64 px input): visual tokens the model fills, and tokens of the whole
 # image span in input_ids (Pixtral: 4 rows of 4 [IMG] with 3 [IMG_BREAK] between rows; LLaVA-OV

@@ -19,8 +19,8 @@ from pycocotools.coco import COCO
 from scipy.ndimage import binary_dilation
 
 from harness.cli import main
+from icir_common import UserInputError
 from icir_mcq.build import build_icir_mcq
-from icir_mcq.errors import UserInputError
 from icir_mcq.hub_folder import config_data_path
 from icir_mcq.toy import CATEGORIES, write_toy_corpus
 from icir_mcq.toy.shapes import BACKGROUNDS, SHAPE_COLOURS

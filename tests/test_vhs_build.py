@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from pycocotools.coco import COCO
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from vhs_adapter.build import build_vhs
 from vhs_adapter.cli import register
 from vhs_adapter.toy_questions import write_toy_vhs_questions

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from vhs_adapter.haystack import build_haystack, resolve_image
 from vhs_adapter.question_files import MULTI_NEEDLE, SINGLE_NEEDLE, SizeFile, VHsEntry
 

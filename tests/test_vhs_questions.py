@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vhs_adapter.questions import parse_question, render_prompt
+from vhs_adapter.questions import parse_question, render_vhs_prompt
 
 # (question, template, anchor, target, anchor span, target span, cattok span), spans counted by hand
 # in the question string: "For the image with a " is 21 characters, "For all images with a " is 22.
@@ -46,7 +46,7 @@ def test_templates_give_hand_counted_spans(question, template, anchor, target, a
 def test_spans_shifted_into_the_prompt_slice_the_same_words(
     question, template, anchor, target, anchor_span, target_span, cattok_span
 ):
-    prompt, offset = render_prompt(question, 3)
+    prompt, offset = render_vhs_prompt(question, 3)
     assert prompt == (
         "<image><image><image>\nYou are given a set of images. Please answer the following question in Yes or No: "
         + question

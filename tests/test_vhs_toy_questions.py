@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from icir_mcq.toy import write_toy_corpus
 from vhs_adapter.toy_questions import write_toy_vhs_questions
 

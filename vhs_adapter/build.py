@@ -14,8 +14,8 @@ from pathlib import Path
 import datasets
 from tqdm import tqdm
 
-from icir_mcq.errors import UserInputError
-from icir_mcq.hub_folder import atomic_output_dir, render_card, write_config
+from icir_common import UserInputError, atomic_output_dir
+from icir_mcq.hub_folder import render_card, write_config
 from icir_mcq.images import read_image_bytes
 from vhs_adapter.haystack import DEFAULT_SEED, build_haystack, resolve_image
 from vhs_adapter.question_files import (
@@ -26,7 +26,7 @@ from vhs_adapter.question_files import (
     resolve_vhs_root,
     select_size_files,
 )
-from vhs_adapter.questions import TOOLKIT_PREFIX, parse_question, render_prompt
+from vhs_adapter.questions import TOOLKIT_PREFIX, parse_question, render_vhs_prompt
 
 CARD_TEMPLATE = "vhs.md"
 
@@ -58,7 +58,7 @@ def vhs_features(embed_images: bool) -> datasets.Features:
 
 
 @dataclass
-class BuildSummary:
+class VhsBuildSummary:
     """What a build wrote: rows and skipped unparsable questions per config."""
 
     out: Path
@@ -83,7 +83,7 @@ def build_vhs(
     limit: int | None = None,
     subset: str = DEFAULT_SUBSET,
     overwrite: bool = False,
-) -> BuildSummary:
+) -> VhsBuildSummary:
     """Build the VHs folder at ``out`` from ``vhs_dir`` (the ``VHs_qa`` folder) and ``coco_root``.
 
     ``sizes`` picks haystack sizes (1 = the oracle file); by default every size of
@@ -103,7 +103,7 @@ def build_vhs(
         raise UserInputError(f"--limit must be at least 1, got {limit}")
     size_files = select_size_files(resolve_vhs_root(vhs_dir), sizes, subset)
     features = vhs_features(embed_images)
-    summary = BuildSummary(out=out, seed=seed)
+    summary = VhsBuildSummary(out=out, seed=seed)
     with atomic_output_dir(out, overwrite=overwrite) as folder:
         for size_file in size_files:
             entries = load_entries(size_file.path)[:limit]
@@ -148,7 +148,7 @@ def _records(
             )
         haystack = build_haystack(size_file, entry, seed)
         paths = [resolve_image(coco_root, relative, size_file, entry) for relative in haystack.image_files]
-        prompt, offset = render_prompt(entry.question, len(paths))
+        prompt, offset = render_vhs_prompt(entry.question, len(paths))
         spans = parsed.shifted(offset)
         yield {
             "id": f"{size_file.config}-{entry.index:05d}",
@@ -174,6 +174,6 @@ def _records(
         }
 
 
-def _summary_table(summary: BuildSummary) -> str:
+def _summary_table(summary: VhsBuildSummary) -> str:
     rows = [f"| `{config}` | {rows} | {summary.skipped[config]} |" for config, rows in summary.rows.items()]
     return "\n".join(["| config | rows | skipped (unparsable) |", "| --- | --- | --- |", *rows])

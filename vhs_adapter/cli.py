@@ -1,16 +1,56 @@
-"""``icir build-vhs``: build the Visual Haystacks dataset folder (see ``vhs_adapter.build``)."""
+"""``icir build-vhs`` (the Visual Haystacks folder, see ``vhs_adapter.build``) and ``icir toy-corpus``.
+
+``toy-corpus`` lives here, not in ``icir_mcq``, because it also writes VHs question files over the
+toy images: `vhs_adapter` builds on `icir_mcq`, never the other way round.
+"""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from icir_mcq.cli import comma_list
+from icir_mcq.toy.worlds import WORLDS
 from vhs_adapter.haystack import DEFAULT_SEED
 from vhs_adapter.question_files import DEFAULT_SIZES, DEFAULT_SUBSET, ORACLE
+from vhs_adapter.toy_questions import write_toy_vhs_questions
+
+
+def _toy_corpus(args: argparse.Namespace) -> int:
+    from icir_mcq.toy import write_toy_corpus
+
+    corpus = write_toy_corpus(args.out, args.images, seed=args.seed, image_files=not args.no_image_files,
+                              overwrite=args.overwrite, world=args.world)
+    print(f"toy corpus in {corpus.root}: {corpus.n_train} train2017 + {corpus.n_val} val2017 images "
+          f"({'with' if corpus.image_files else 'without'} image files), {corpus.n_instances} instances, "
+          f"{corpus.n_captions} captions, {corpus.n_contexts} MM-NIAH contexts")
+    print(f"  --coco {corpus.coco_root} --mmniah {corpus.mmniah_file}")
+    if args.vhs_sizes:
+        vhs = write_toy_vhs_questions(corpus.coco_root, corpus.root, seed=args.seed, sizes=tuple(args.vhs_sizes),
+                                      per_size=args.vhs_per_size)
+        print(vhs)
+        print(f"  --vhs {vhs.root} --coco {corpus.coco_root}")
+    return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the ``build-vhs`` subcommand to the ``icir`` parser."""
+    """Add the ``toy-corpus`` and ``build-vhs`` subcommands to the ``icir`` parser."""
+    toy = subparsers.add_parser("toy-corpus", help="write a toy COCO 2017 + MM-NIAH corpus of rendered shapes")
+    toy.add_argument("out", type=Path, help="output folder (gets coco/ and mm_niah/)")
+    toy.add_argument("--images", type=int, default=2000, help="number of images (default 2000)")
+    toy.add_argument("--seed", type=int, default=0)
+    toy.add_argument("--no-image-files", action="store_true", help="write annotations only, no JPEGs")
+    toy.add_argument("--world", choices=sorted(WORLDS), default="standard",
+                     help="standard: 17 categories, COCO-like partial captions (default); demo: the demo model's "
+                          "world, 9 categories each in its own colour, distinct per image, one caption per shape "
+                          "naming it and the background")
+    toy.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    toy.add_argument("--vhs-sizes", type=lambda text: [int(n) for n in comma_list(text)], default=[1, 2, 3, 5, 10],
+                     help="haystack sizes N of the Visual Haystacks question files written into OUT/VHs_qa "
+                          "(comma list, default 1,2,3,5,10; empty for none)")
+    toy.add_argument("--vhs-per-size", type=int, default=20, help="VHs questions per file (even; default 20)")
+    toy.set_defaults(func=_toy_corpus)
+
     parser = subparsers.add_parser(
         "build-vhs",
         help="build seeded Visual Haystacks haystacks with anchor/target spans (parquet + card)",

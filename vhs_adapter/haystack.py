@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from vhs_adapter.question_files import NEEDLE_KINDS, SizeFile, VHsEntry
 
 DEFAULT_SEED = 42  # paper App. A

@@ -1,6 +1,6 @@
 """Find and read the Visual Haystacks question files (``VHs_qa/``), with clear errors.
 
-Layout (../shared/formats.md, toolkit README)::
+Layout (``docs/formats.md``, toolkit README)::
 
     VHs_qa/single_needle/VHs_large/visual_haystack_{oracle,2,3,5,10,...}.json
     VHs_qa/single_needle/VHs_small/...
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 SINGLE_NEEDLE = "single_needle"
 MULTI_NEEDLE = "multi_needle"

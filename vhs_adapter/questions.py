@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass
 
 from icir_mcq.prompt import IMAGE_PLACEHOLDER
+
 # The reference toolkit's instruction (vhs_benchmark solvers/base_solver.py), verbatim.
 TOOLKIT_PREFIX = "You are given a set of images. Please answer the following question in Yes or No: "
 
@@ -95,7 +96,7 @@ def parse_question(question: str) -> ParsedQuestion | None:
     )
 
 
-def render_prompt(question: str, n_images: int) -> tuple[str, int]:
+def render_vhs_prompt(question: str, n_images: int) -> tuple[str, int]:
     """The stored prompt and the offset at which ``question`` starts inside it.
 
     One ``<image>`` placeholder per haystack image, in haystack order, then a newline and the

@@ -24,14 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from icir_common import UserInputError, atomic_output_dir
 from icir_mcq.coco_index import COCO_SPLITS, annotation_path, read_coco_file
-from icir_mcq.errors import UserInputError
-from icir_mcq.hub_folder import atomic_output_dir
-from vhs_adapter.question_files import MULTI_NEEDLE, SINGLE_NEEDLE, DEFAULT_SUBSET, size_file_name
+from vhs_adapter.question_files import DEFAULT_SUBSET, MULTI_NEEDLE, SINGLE_NEEDLE, size_file_name
 
 DEFAULT_TOY_SIZES = (1, 2, 3, 5, 10)
 DEFAULT_PER_SIZE = 20
-# The real multi-needle files start at N = 5 (formats.md); each question has 2 or 3 needles.
+# The real multi-needle files start at N = 5 (docs/formats.md); each question has 2 or 3 needles.
 MULTI_NEEDLE_MIN_SIZE = 5
 MULTI_NEEDLE_COUNTS = (2, 3)
 SMALL_SUBSET = "VHs_small"

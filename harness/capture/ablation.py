@@ -8,8 +8,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from harness.heads import parse_head_name
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError, parse_head_name
 
 from .adapters import attention_modules, projection, resolve_adapter
 

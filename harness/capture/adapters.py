@@ -9,7 +9,7 @@ Adding a model family is one row in `ADAPTERS`. Every row is read the same way:
   the attention module inside one layer, and the projections inside that module.
 - ``image_token_id``: the config attribute holding the id of the model's own image-placeholder
   token (the token whose runs in ``input_ids`` are replaced by projected visual tokens).
-- Image embeddings (paper §5.1, paper-notes.md) are read the same way for every row: the input
+- Image embeddings (paper §5.1, ``docs/protocol.md``) are read the same way for every row: the input
   of decoder layer 0 at the image-token positions, i.e. the projected visual tokens that replaced
   the placeholders, after any embedding scaling and before features some models inject into later
   layers (Qwen3-VL DeepStack).
@@ -21,7 +21,7 @@ import dataclasses
 
 from torch import nn
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def answer_token_ids(processor_or_tokenizer, answers: Sequence[str]) -> list[int]:

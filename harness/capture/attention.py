@@ -29,7 +29,7 @@ from transformers.masking_utils import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 RowCallback = Callable[[nn.Module, torch.Tensor, torch.Tensor, "torch.Tensor | None", dict], None]
 
@@ -138,7 +138,7 @@ def proxy_rows(
     """The paper's Eq. 3 proxy Ã[p, :] from the direct projection outputs (no q/k norm, no RoPE).
 
     ``softmax_j(q_p . k_j / sqrt(d_h))`` over all prefill positions j of the sample (padding
-    excluded), read literally as in §4.1 (paper-notes.md); with `causal`, over j <= p only.
+    excluded), read literally as in §4.1 (``docs/protocol.md``); with `causal`, over j <= p only.
     GQA key heads are shared by their query-head group as in the model.
 
     Args:

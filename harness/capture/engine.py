@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 from .adapters import (
     ModelAdapter,
@@ -57,7 +57,7 @@ class HeadCapture:
         image_spans: N half-open ``(start, end)`` token spans, first to last image token of each image.
         readout_indices: P token indices of the readout positions.
         positions: P readout position names (App. G).
-        layers, heads, head_dim: L, H and d_h of the language model.
+        n_layers, n_heads, head_dim: L, H and d_h of the language model.
         mode: ``exact``, ``proxy`` or ``proxy_causal``.
     """
 
@@ -68,8 +68,8 @@ class HeadCapture:
     image_spans: list[tuple[int, int]]
     readout_indices: list[int]
     positions: tuple[str, ...]
-    layers: int
-    heads: int
+    n_layers: int
+    n_heads: int
     head_dim: int
     mode: str
 
@@ -178,6 +178,7 @@ def capture_encoded(
     positions: Sequence[str] = ("cattok",),
     mode: str = "exact",
     answer_tokens: Sequence[int] | None = None,
+    cache=None,
 ) -> list[HeadCapture]:
     """The forward pass of `capture_heads_batch`, on inputs already made by `inputs.encode_requests`.
 
@@ -186,6 +187,9 @@ def capture_encoded(
         inputs: the ``BatchFeature`` of `encode_requests` (right-padded batch).
         layouts: its `SampleLayout` list.
         positions, mode, answer_tokens: as in `capture_heads`.
+        cache: a transformers ``Cache`` (e.g. ``DynamicCache``) that the prefill fills with every
+            layer's keys and values, so generation can continue from it without a second
+            prefill (`harness.lm_eval_plugin.generation`); None runs without a cache.
 
     Returns:
         One `HeadCapture` per layout.
@@ -204,7 +208,7 @@ def capture_encoded(
     span_weights, token_weights = _per_image_weights(layouts, inputs["input_ids"].shape[1], device)
     recorder = _Recorder(model, adapter, mode, rows, span_weights, token_weights, inputs["attention_mask"].bool())
     with torch.no_grad(), recorder.recording():
-        logits = model(**inputs, use_cache=False, logits_to_keep=last).logits[:, 0]
+        logits = model(**inputs, use_cache=cache is not None, cache=cache, logits_to_keep=last).logits[:, 0]
     answer_ids = None if answer_tokens is None else torch.tensor(list(answer_tokens), device=device)
     captures = []
     for row, layout in enumerate(layouts):
@@ -218,8 +222,8 @@ def capture_encoded(
                 image_spans=layout.image_spans,
                 readout_indices=rows[row].tolist(),
                 positions=positions,
-                layers=len(recorder.modules),
-                heads=recorder.heads,
+                n_layers=len(recorder.modules),
+                n_heads=recorder.heads,
                 head_dim=recorder.head_dim,
                 mode=mode,
             )

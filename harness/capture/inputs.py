@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from PIL import Image
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 from .spans import conversation, image_spans, locate_pieces, query_token, split_prompt
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from icir_mcq.errors import UserInputError
+from harness.constants import READOUT_POSITIONS
+from icir_common import UserInputError
 
-READOUT_POSITIONS: tuple[str, ...] = ("cattok", "+1", "+2", "+3", "+4", "mid", "last")
 _NEEDS_CATTOK = frozenset(READOUT_POSITIONS) - {"last"}
 
 

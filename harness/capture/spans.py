@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from icir_mcq.prompt import IMAGE_PLACEHOLDER
 
 

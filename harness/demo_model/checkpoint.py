@@ -2,7 +2,7 @@
 
 ``train_and_save`` is what ``icir demo-model train --out DIR --seed S`` runs: train (`train`),
 save the model and processor with ``save_pretrained`` (safetensors), evaluate on a fresh toy draw
-(`evaluate`), and write ``training.json`` + ``TRAINING.md`` (command, seed, recipe, validation
+(`measure`), and write ``training.json`` + ``TRAINING.md`` (command, seed, recipe, validation
 history, timings, known-answer figures) beside the weights, all into a temporary folder renamed
 to ``DIR`` at the end.
 """
@@ -18,10 +18,9 @@ from pathlib import Path
 
 import torch
 
-from harness.demo_model.evaluate import EVAL_WORLD_SEED, evaluate_demo, evaluation_draw
+from harness.demo_model.measure import EVAL_WORLD_SEED, evaluate_demo, evaluation_draw
 from harness.demo_model.train import TrainingRecipe, train_demo_model
-from icir_mcq.errors import UserInputError
-from icir_mcq.hub_folder import atomic_output_dir
+from icir_common import UserInputError, atomic_output_dir
 
 TRAINING_RECORD = "training.json"
 
@@ -76,7 +75,7 @@ Preparation {summary["seconds"]["preparation"]} s, training {summary["seconds"][
 total {summary["seconds"]["total"]} s; 1-minute load average at the end {summary["load_average"]}
 (the run's own {summary["threads"]} thread(s) count towards it; more means other processes shared the CPUs).
 
-## Issue 7 targets
+## Known-answer targets
 
 | figure | target | reached |
 |---|---|---|

@@ -19,9 +19,9 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from harness.demo_model import default_model_path
     from harness.demo_model.checkpoint import load_demo_model
-    from harness.demo_model.evaluate import evaluate_demo, evaluation_draw
-    from harness.lm_eval_plugin.default_model import default_model_path
+    from harness.demo_model.measure import evaluate_demo, evaluation_draw
 
     model, processor = load_demo_model(args.model or default_model_path())
     with tempfile.TemporaryDirectory(prefix="demo-model-eval-") as work:

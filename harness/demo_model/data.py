@@ -46,7 +46,7 @@ from harness.capture.inputs import CaptureRequest, render
 from icir_mcq.coco_index import CocoIndex, load_coco
 from icir_mcq.mentions import category_pattern
 from icir_mcq.mmniah import load_contexts
-from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, QUESTION, cattok_char_span, option_lines, render_prompt
+from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, QUESTION, cattok_char_span, option_lines, render_mcq_prompt
 from icir_mcq.sampling import sample_configs
 from icir_mcq.toy import ToyCorpus, write_toy_corpus
 from icir_mcq.toy.shapes import BACKGROUNDS
@@ -139,7 +139,7 @@ def _sampled_mcq(world: ToyWorld, n_images: int, samples: int, seed: int) -> lis
     for r in records[config]:
         prompt, image_files, target, span = r["prompt"], r["image_files"], r["target_position"], r["cattok_char_span"]
         if n_images == 1:
-            prompt = render_prompt(r["passages"][target : target + 2], r["category"], r["options"])
+            prompt = render_mcq_prompt(r["passages"][target : target + 2], r["category"], r["options"])
             image_files, target, span = image_files[target : target + 1], 0, cattok_char_span(prompt, r["category"])
         out.append((r, TaskRecord(MCQ, prompt, tuple(image_files), (r["answer"],), target, tuple(span),
                                   prompt.rindex(question_start))))

@@ -14,10 +14,14 @@ from dataclasses import dataclass
 
 from PIL import Image
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 QUERY_SPAN_FIELD = "cattok_char_span"
 PROMPT_FIELD = "prompt"
+# Record fields the analysis stage reads back from the store (targets, writer split, gold answer):
+# ICIR-MCQ ``target_position``, ``probe_split``, ``target_image_id``, ``answer_index``; VHs
+# ``needle_positions``, ``answer``. They are copied as the builders wrote them, never re-derived.
+HEAD_FIELDS = ("target_position", "probe_split", "target_image_id", "answer_index", "needle_positions", "answer")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class DocInput:
         images: the document's images, context order.
         query_char_span: half-open character span of `prompt` whose last token is the cattok.
         fingerprint: hex digest of prompt, span and image pixels (detects a changed dataset on resume).
+        fields: the document's `HEAD_FIELDS` that it has, JSON values as stored.
     """
 
     task: str
@@ -38,6 +43,7 @@ class DocInput:
     images: Sequence[Image.Image]
     query_char_span: tuple[int, int]
     fingerprint: str
+    fields: dict
 
 
 def fingerprint(prompt: str, span: Sequence[int], images: Sequence[Image.Image]) -> str:
@@ -86,7 +92,15 @@ def doc_input(request) -> DocInput:
         images=images,
         query_char_span=span,
         fingerprint=fingerprint(prompt, span, images),
+        fields={name: _plain(doc[name]) for name in HEAD_FIELDS if name in doc},
     )
+
+
+def _plain(value):
+    """A record value as JSON reads it back (numpy scalars and tuples to Python ints and lists)."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value.item() if hasattr(value, "item") else value
 
 
 def group_by_doc(requests: Sequence) -> dict[tuple[str, int], list[int]]:

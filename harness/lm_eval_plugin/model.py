@@ -1,27 +1,28 @@
-"""The lm-eval model ``hf-multimodal-heads``: answers and head captures from the same prefill.
+"""The lm-eval model ``hf-multimodal-heads``: answers and head captures from one prefill per document.
 
 A subclass of lm-eval's ``HFMultimodalLM`` (``hf-multimodal``). For every document lm-eval sends,
-it renders the stored prompt with the model's own chat template and runs one prefill through the
-capture engine (`harness.capture.capture_heads_batch`), which records every head's pointer scores,
-head outputs and the image embeddings at the readout positions (paper §3-5, App. A, App. G):
+it encodes the stored prompt once with the model's own chat template
+(`harness.capture.inputs.encode_requests`, the only path from a document to model inputs) and
+runs one prefill through the capture engine, which records every head's pointer scores, head
+outputs and the image embeddings at the readout positions (paper §3-5, App. A, App. G):
 
 - ``loglikelihood`` (multiple-choice tasks, ICIR-MCQ): the log-probability of each option letter
-  as the first answer token, read from the same prefill's last-position logits (App. C.4: the
+  as the first answer token, read from the prefill's last-position logits (App. C.4: the
   restricted argmax over the four letters is lm-eval's ``acc``). This is the multimodal
   loglikelihood ``hf-multimodal`` lacks; one forward serves all options.
-- ``generate_until`` (VHs): greedy generation after the capture prefill, stopped at the first
-  answer word when the task asks for it (``stop_at_words``, App. A).
+- ``generate_until`` (VHs): greedy decoding that continues from the same prefill's KV cache
+  (`generation.continue_greedy`): the first answer token comes from the captured last position,
+  so a document costs one prefill plus decoding steps.
 
-Captures go to an `ActivationStore` keyed by (task, doc_id); a document already in the store is
-not recomputed (a killed run resumes). Each response carries a small reference to its store record
-(`capture_ref`), from which the tasks' ``process_results`` and aggregations compute the head
-metrics (`harness.lm_eval_plugin.analysis`).
+Captures go to an `ActivationStore` keyed by (task, doc_id), together with the record fields the
+analysis stage needs (`documents.HEAD_FIELDS`); a document already in the store is not
+recomputed (a killed run resumes). Responses are what lm-eval expects (``(logprob, is_greedy)``
+and the generated text); the head metrics are computed after lm-eval by `harness.analysis`.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -32,22 +33,21 @@ import torch
 import transformers
 from lm_eval.api.registry import register_model
 from lm_eval.models.hf_vlms import HFMultimodalLM
-from lm_eval.models.utils import handle_stop_sequences
-from lm_eval.models.utils_hf import stop_sequences_criteria
 from tqdm import tqdm
 
 from harness.activation_store import ActivationStore
-from harness.capture import MODES, CaptureRequest, answer_token_ids, capture_heads_batch
-from harness.capture.adapters import ADAPTERS, SUPPORTED_ARCHITECTURES
-from harness.capture.inputs import render
+from harness.capture import MODES, CaptureRequest, answer_token_ids
+from harness.capture.adapters import ADAPTERS, SUPPORTED_ARCHITECTURES, image_token_id, resolve_adapter
+from harness.capture.engine import capture_encoded
+from harness.capture.inputs import encode_requests
 from harness.capture.readout import validate_positions
-from harness.lm_eval_plugin.default_model import default_model_path
+from harness.constants import MODEL_NAME, STORE_FLUSH
+from harness.demo_model import default_model_path
 from harness.lm_eval_plugin.documents import DocInput, doc_input, group_by_doc
+from harness.lm_eval_plugin.generation import continue_greedy, greedy_settings, response_text
 from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
-from harness.lm_eval_plugin.stopping import StopAtAnswerWord
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
-MODEL_NAME = "hf-multimodal-heads"
 PAPER_IMAGE_BUDGET = 448
 CAPTURED_FIELDS = ("pointer", "head_output", "image_embeds")
 
@@ -109,17 +109,16 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
 
     Args:
         pretrained: model folder or Hub id; default: the shipped demo model
-            (`default_model.default_model_path`).
+            (`harness.demo_model.default_model_path`).
         pointer_mode: ``exact`` (the attention the model computes) or ``proxy`` / ``proxy_causal``
             (Eq. 3 from the q_proj/k_proj outputs); see `harness.capture`.
         readout: readout positions separated by ``/`` (e.g. ``cattok/+1/last``, App. G); the
             first is reported in the results table, all are stored and written as artifacts.
         heads_ranking: a ranking JSON (``pointer_ranking.json`` of an ICIR-MCQ run's artifacts)
-            whose top-K heads vote in ``vote_r1@K`` (§4.3, App. H voting A); default: the task's own
-            pointer ranking.
-        writer_probes: a writer-probe folder of an ICIR-MCQ run's artifacts; enables the writer
-            ranking's trained-probe votes ``writer_vote_r1@K`` and in-context ``writer_r1`` on VHs
-            (App. H voting B).
+            whose top-K heads vote in ``vote_r1@K`` (§4.3, App. H voting A); used by the analysis
+            stage, checked here against the model's shape.
+        writer_probes: a writer-probe folder of an ICIR-MCQ run's artifacts (App. H voting B);
+            used by the analysis stage, checked here.
         store: activation store folder (resumable); default a temporary folder removed at exit
             (data-parallel runs need a shared folder: pass one).
         store_flush: documents per store shard (a killed run recomputes at most this many).
@@ -142,7 +141,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         heads_ranking: str | None = None,
         writer_probes: str | None = None,
         store: str | None = None,
-        store_flush: int = 16,
+        store_flush: int = STORE_FLUSH,
         image_budget: int | str | None = PAPER_IMAGE_BUDGET,
         attn_implementation: str = "sdpa",
         **kwargs,
@@ -202,16 +201,6 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             "heads": self.n_heads,
         }
 
-    def capture_ref(self, task: str, doc_id: int) -> dict[str, Any]:
-        """What a response tells ``process_results``: where the capture is and how to score it."""
-        return {
-            "store": str(self.store.root),
-            "task": task,
-            "doc_id": int(doc_id),
-            "heads_ranking": self.heads_ranking,
-            "writer_probes": self.writer_probes,
-        }
-
     # ------------------------------------------------------------------ capture
 
     def _stored(self, doc: DocInput) -> dict[str, Any] | None:
@@ -223,11 +212,9 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             )
         return record
 
-    def _capture(self, docs: Sequence[DocInput], answer_tokens: Sequence[int] | None):
+    def _encode(self, docs: Sequence[DocInput]):
         requests = [CaptureRequest(doc.prompt, doc.images, doc.query_char_span) for doc in docs]
-        return capture_heads_batch(
-            self.model, self.processor, requests, self.positions, self.pointer_mode, answer_tokens
-        )
+        return encode_requests(self.processor, requests, image_token_id(self.model, resolve_adapter(self.model)))
 
     def _tensors(self, capture) -> dict[str, torch.Tensor]:
         return {name: getattr(capture, name) for name in CAPTURED_FIELDS}
@@ -235,13 +222,14 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
     def _base_record(self, doc: DocInput, capture) -> dict[str, Any]:
         return {
             "fingerprint": doc.fingerprint,
+            "fields": doc.fields,
             "n_images": len(doc.images),
             "readout_indices": list(capture.readout_indices),
             "image_spans": [list(span) for span in capture.image_spans],
         }
 
-    def _batches(self, items: list, desc: str, disable_tqdm: bool):
-        size = max(1, int(self.batch_size))
+    def _batches(self, items: list, desc: str, disable_tqdm: bool, size: int | None = None):
+        size = max(1, int(self.batch_size if size is None else size))
         bar = tqdm(total=len(items), desc=desc, disable=disable_tqdm or self.rank != 0)
         for start in range(0, len(items), size):
             batch = items[start : start + size]
@@ -251,124 +239,107 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
 
     # ------------------------------------------------------------------ lm-eval requests
 
-    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool, dict]]:
-        """Per request ``(log p(continuation's first token | prompt), is_greedy, capture_ref)``.
+    def _check_answers(self, key: tuple[str, int], record: dict, answers: list[str]) -> None:
+        if not set(answers) <= set(record["answers"]):
+            raise UserInputError(
+                f"activation store {self.store.root} scored task {key[0]} doc {key[1]} for answers "
+                f"{sorted(record['answers'])}, not {answers}; pass another store=DIR"
+            )
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+        """Per request ``(log p(continuation's first token | prompt), is_greedy)``.
 
         Each continuation must be one token (an option letter, App. C.4); its log-probability is
         taken over the full vocabulary at the first answer position, from the capture prefill.
+        Documents are captured ``batch_size`` at a time in one right-padded forward.
 
         Raises:
             UserInputError: see `documents.doc_input`; a continuation that is not one token
                 (`harness.capture.answer_token_ids`); a stored record scored for other answers.
         """
         groups = group_by_doc(requests)
-        answers: dict[tuple[str, int], list[str]] = {
-            key: list(dict.fromkeys(requests[i].args[1] for i in indices)) for key, indices in groups.items()
-        }
+        answers = {key: list(dict.fromkeys(requests[i].args[1] for i in idx)) for key, idx in groups.items()}
         docs = {key: doc_input(requests[indices[0]]) for key, indices in groups.items()}
         todo = []
         for key in groups:
             record = self._stored(docs[key])
             if record is None:
                 todo.append(key)
-            elif not set(answers[key]) <= set(record["answers"]):
-                raise UserInputError(
-                    f"activation store {self.store.root} scored task {key[0]} doc {key[1]} for answers "
-                    f"{sorted(record['answers'])}, not {answers[key]}; pass another store=DIR"
-                )
-        vocab = self.model.get_output_embeddings().out_features
+            else:
+                self._check_answers(key, record, answers[key])
+        vocab = range(self.model.get_output_embeddings().out_features)
         for batch in self._batches(todo, "capturing heads (loglikelihood)", disable_tqdm):
-            for key, capture in zip(batch, self._capture([docs[k] for k in batch], range(vocab))):
-                logprobs = torch.log_softmax(capture.answer_logits.double(), dim=-1)
-                greedy = int(torch.argmax(logprobs))
-                token_ids = answer_token_ids(self.processor, answers[key])
-                scored = {text: [float(logprobs[t]), t == greedy] for text, t in zip(answers[key], token_ids)}
-                record = {**self._base_record(docs[key], capture), "answers": scored}
-                tensors = {**self._tensors(capture), "answer_logits": capture.answer_logits[token_ids].float()}
-                self.store.put(key[0], key[1], record, tensors)
+            inputs, layouts = self._encode([docs[k] for k in batch])
+            captures = capture_encoded(self.model, inputs, layouts, self.positions, self.pointer_mode, vocab)
+            for key, capture in zip(batch, captures):
+                self._put_scored(key, docs[key], capture, answers[key])
         self.store.flush()
         results: list = [None] * len(requests)
         for key, indices in groups.items():
             scored = self.store.record(*key)["answers"]
-            ref = self.capture_ref(*key)
             for index in indices:
                 logprob, is_greedy = scored[requests[index].args[1]]
-                results[index] = (logprob, bool(is_greedy), ref)
+                results[index] = (logprob, bool(is_greedy))
         return results
 
-    def generate_until(self, requests, disable_tqdm: bool = False) -> list[tuple[str, dict]]:
-        """Per request ``(generated text, capture_ref)``: greedy decoding after the capture prefill.
+    def _put_scored(self, key: tuple[str, int], doc: DocInput, capture, answers: list[str]) -> None:
+        logprobs = torch.log_softmax(capture.answer_logits.double(), dim=-1)
+        greedy = int(torch.argmax(logprobs))
+        token_ids = answer_token_ids(self.processor, answers)
+        scored = {text: [float(logprobs[t]), t == greedy] for text, t in zip(answers, token_ids)}
+        record = {**self._base_record(doc, capture), "answers": scored}
+        tensors = {**self._tensors(capture), "answer_logits": capture.answer_logits[token_ids].float()}
+        self.store.put(key[0], key[1], record, tensors)
 
-        Generation kwargs are lm-eval's (``until``, ``max_gen_toks``, ``do_sample``...) plus
-        ``stop_at_words``: stop once a complete word of that list is generated (App. A: VHs
-        stops at the first "yes"/"no").
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        """Per request the generated text: greedy decoding continued from the capture prefill.
+
+        Generation kwargs are lm-eval's (``until``, ``max_gen_toks``) plus ``stop_at_words``: stop
+        once a complete word of that list is generated (App. A: VHs stops at the first
+        "yes"/"no"). Each request's kwargs are copied (`generation.greedy_settings`), and the
+        store records them exactly as the task asked. Documents are captured one at a time:
+        each keeps its own KV cache for decoding.
 
         Raises:
-            UserInputError: see `documents.doc_input`; a stored response made with other
-                generation kwargs.
+            UserInputError: see `documents.doc_input` and `generation.greedy_settings`; a stored
+                response made with other generation kwargs.
         """
         groups = group_by_doc(requests)
         docs = {key: doc_input(requests[indices[0]]) for key, indices in groups.items()}
-        settings = {key: requests[indices[0]].args[1] for key, indices in groups.items()}
+        eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
+        settings = {
+            key: greedy_settings(requests[indices[0]].args[1], eos, self.max_gen_toks) for key, indices in groups.items()
+        }
         todo = []
         for key in groups:
             record = self._stored(docs[key])
             if record is None:
                 todo.append(key)
-            elif record["generation_kwargs"] != _jsonable(settings[key]):
+            elif record["generation_kwargs"] != settings[key].requested:
                 raise UserInputError(
                     f"activation store {self.store.root} holds task {key[0]} doc {key[1]} generated with "
-                    f"{record['generation_kwargs']}, not {settings[key]}; pass another store=DIR"
+                    f"{record['generation_kwargs']}, not {settings[key].requested}; pass another store=DIR"
                 )
-        for batch in self._batches(todo, "capturing heads + generating", disable_tqdm):
-            for key, capture in zip(batch, self._capture([docs[k] for k in batch], None)):
-                text = self._generate(docs[key], settings[key])
-                record = {
-                    **self._base_record(docs[key], capture),
-                    "response": text,
-                    "generation_kwargs": _jsonable(settings[key]),
-                }
-                self.store.put(key[0], key[1], record, self._tensors(capture))
+        for (key,) in self._batches(todo, "capturing heads + generating", disable_tqdm, size=1):
+            self._capture_and_generate(key, docs[key], settings[key])
         self.store.flush()
         results: list = [None] * len(requests)
         for key, indices in groups.items():
-            text = self.store.record(*key)["response"]
             for index in indices:
-                results[index] = (text, self.capture_ref(*key))
+                results[index] = self.store.record(*key)["response"]
         return results
 
-    @torch.no_grad()
-    def _generate(self, doc: DocInput, gen_kwargs: dict) -> str:
-        kwargs = dict(gen_kwargs)
-        eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
-        until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
-        max_new_tokens = int(kwargs.pop("max_gen_toks", self.max_gen_toks))
-        words = kwargs.pop("stop_at_words", None)
-        if kwargs.get("temperature", 0.0) == 0.0 and not kwargs.get("do_sample", False):
-            kwargs.pop("temperature", None)
-            kwargs["do_sample"] = False
-        text, _ = render(self.processor, CaptureRequest(doc.prompt, doc.images, doc.query_char_span))
-        device = next(self.model.parameters()).device
-        inputs = self.processor(text=[text], images=[list(doc.images)], return_tensors="pt")
-        inputs = inputs.to(device=device, dtype=self.model.dtype)
-        length = inputs["input_ids"].shape[1]
-        criteria = stop_sequences_criteria(self.tokenizer, until, length, 1)
-        if words:
-            criteria.append(StopAtAnswerWord(self.tokenizer, words, length))
-        output = self.model.generate(
-            **inputs,
-            max_new_tokens=max_new_tokens,
-            stopping_criteria=criteria,
-            pad_token_id=self.tokenizer.pad_token_id,
-            **kwargs,
-        )
-        text = self.tokenizer.decode(output[0, length:], skip_special_tokens=True)
-        for term in until:
-            if term:
-                text = text.split(term)[0]
-        return text
-
-
-def _jsonable(value: Any) -> Any:
-    """`value` with tuples as lists (how it reads back from a JSON record)."""
-    return json.loads(json.dumps(value))
+    def _capture_and_generate(self, key: tuple[str, int], doc: DocInput, settings) -> None:
+        inputs, layouts = self._encode([doc])
+        cache = transformers.DynamicCache(config=self.model.config)
+        vocab = range(self.model.get_output_embeddings().out_features)
+        (capture,) = capture_encoded(self.model, inputs, layouts, self.positions, self.pointer_mode, vocab, cache)
+        input_ids = inputs["input_ids"].to(next(self.model.parameters()).device)
+        generated = continue_greedy(self.model, self.tokenizer, input_ids, cache, capture.answer_logits, settings)
+        record = {
+            **self._base_record(doc, capture),
+            "response": response_text(self.tokenizer, generated, settings),
+            "generated_ids": generated,
+            "generation_kwargs": settings.requested,
+        }
+        self.store.put(key[0], key[1], record, self._tensors(capture))

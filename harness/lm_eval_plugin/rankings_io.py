@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from harness.metrics.probes import WriterProbes
 from harness.metrics.rankings import as_flat_indices, head_ranking, ranking_names
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 RANKING_FORMAT = "head-ranking/1"
 
@@ -38,16 +37,6 @@ def ranking_document(grid: np.ndarray, criterion: str, position: str) -> dict:
         "ranking": ranking_names(order, grid.shape[1]),
         "r1": [float(grid.ravel()[i]) for i in order],
     }
-
-
-def write_json(path: Path, obj) -> None:
-    """Write `obj` as indented JSON to `path` through a temporary file (never half-written)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(obj, handle, indent=2)
-        handle.write("\n")
-    os.replace(tmp, path)
 
 
 def load_head_ranking(path: str | os.PathLike, n_layers: int, n_heads: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Head-level metrics: pointer R@1, writer probes and writer R@1, majority vote, rankings.
 
 Sources: paper Eq. 1-5, §4-5, App. C.2, D, E.2, H, I. Per-head grids are ``[L, H]``; heads print
-as ``LxxHyy`` (:mod:`harness.heads`).
+as ``LxxHyy`` (:mod:`icir_common`).
 """
 
 from harness.metrics.candidates import InContextCandidates

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def as_cpu_tensor(array: Any, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 def _as_numpy(array: Any) -> np.ndarray:
@@ -116,7 +116,7 @@ def pointer_r1(
     Returns:
         ``(r1, chance)``: ``r1`` float64 ``[L, H]``, the fraction of samples whose target image has
         the largest attention mass (ties go to the smallest image index), and ``chance`` =
-        mean over samples of 1/N_s (paper-notes: .183 for equal halves of N = 5 and 6).
+        mean over samples of 1/N_s (docs/protocol.md: .183 for equal halves of N = 5 and 6).
 
     Raises:
         UserInputError: see :func:`pointer_votes` and :func:`check_targets`.

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from harness.metrics.candidates import InContextCandidates, as_cpu_tensor
 from harness.metrics.rankings import as_flat_indices, ranking_names
 from harness.metrics.vote import NO_VOTE
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 FORMAT = "writer-probes/1"
 WEIGHTS_FILE = "writer_probes.safetensors"
@@ -335,7 +335,7 @@ class WriterProbes:
 
         Raises ``UserInputError`` if ``path`` exists and ``overwrite`` is False.
         """
-        from icir_mcq.hub_folder import atomic_output_dir
+        from icir_common import atomic_output_dir
 
         settings = {
             "format": FORMAT,

@@ -5,7 +5,7 @@ layer-max correlation, top-K overlap), App. I (set partition of two top-100 list
 (paired head bootstrap for a difference of correlations).
 
 Conventions: a grid is float ``[L, H]`` (layer, head); heads are flattened row-major, so head
-``(l, h)`` has flat index ``l * H + h`` (the order of :func:`harness.heads.all_head_names`).
+``(l, h)`` has flat index ``l * H + h`` (the order of :func:`icir_common.all_head_names`).
 A ranking is an int64 array of flat indices, best head first; equal R@1 values are ordered by
 flat index (smaller first), so rankings are deterministic.
 """
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from harness.heads import head_name, parse_head_name
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError, head_name, parse_head_name
 
 CORRELATION_METHODS = ("pearson", "spearman")
 

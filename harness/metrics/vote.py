@@ -14,11 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harness.heads import head_name
+from harness.constants import VOTE_KS as DEFAULT_KS
 from harness.metrics.rankings import as_flat_indices
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError, head_name
 
-DEFAULT_KS = (1, 3, 5, 10, 20, 30)
 NO_VOTE = -1
 
 

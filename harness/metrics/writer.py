@@ -13,7 +13,7 @@ come from ``(seed, head index)`` and all heads share one batch order per epoch, 
 gives the same per-head R@1; weights agree to float rounding (a multi-threaded BLAS or a CUDA
 kernel may be picked per batch of heads, so bit equality holds only on some machines).
 
-Selection split: as in the paper (paper-notes.md, App. D) checkpoints are selected on the same
+Selection split: as in the paper (App. D; docs/protocol.md) checkpoints are selected on the same
 ``eval`` samples that writer R@1 is reported on. ``test_fraction > 0`` instead holds out a seeded
 part of the ``eval`` samples as a ``test`` part for reporting.
 """
@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 from harness.metrics.candidates import InContextCandidates, as_cpu_tensor
 from harness.metrics.probes import ROW_BLOCK, WriterProbes, head_slice, image_pool, pool_hits
 from harness.metrics.rankings import grid_by_name
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 SPLIT_LABELS = ("train", "eval")
 FLOAT_BYTES = 4
@@ -307,6 +307,90 @@ class _ChunkTrainer:
         return self.probes.with_tensors([b.cpu() for b in self.best])
 
 
+@dataclass(frozen=True)
+class _TrainingData:
+    """The tensors every chunk of heads trains and is selected on (all on the training device)."""
+
+    split: _Split
+    selection_pool: torch.Tensor
+    selection_index: torch.Tensor
+    report_pool: torch.Tensor
+    report_index: torch.Tensor
+    train_targets: torch.Tensor
+    codes: torch.Tensor | None
+    train_candidates: torch.Tensor | None
+    negative_mask: torch.Tensor | None
+
+
+def _prepare(target_embeds: torch.Tensor, split: _Split, image_ids, candidates, config: WriterProbeConfig,
+             device: str) -> _TrainingData:
+    def pool_of(rows):
+        ids = None if image_ids is None else [image_ids[int(r)] for r in rows]
+        pool, index = image_pool(target_embeds[torch.as_tensor(rows)], ids)
+        return pool.to(device), torch.as_tensor(index, device=device)
+
+    train_candidates = negative_mask = None
+    if config.in_context_negatives:
+        train_part = candidates.rows(split.train)
+        train_candidates = train_part.embeds.to(device)
+        is_target = torch.nn.functional.one_hot(train_part.target_index, train_part.mask.shape[1]).bool()
+        negative_mask = (train_part.mask & ~is_target).to(device)
+    return _TrainingData(
+        split, *pool_of(split.selection), *pool_of(split.report), target_embeds[torch.as_tensor(split.train)].to(device),
+        _id_codes(image_ids, split.train), train_candidates, negative_mask,
+    )
+
+
+@dataclass(frozen=True)
+class _ChunkResult:
+    probes: WriterProbes
+    selection_r1: torch.Tensor
+    best_epoch: torch.Tensor
+    report_r1: torch.Tensor
+
+
+def _train_chunk(trainer: _ChunkTrainer, head_output: Any, heads: np.ndarray, data: _TrainingData,
+                 bar) -> _ChunkResult:
+    """Train one chunk of heads for every epoch, selecting each head's best epoch on the selection split."""
+    config, device, split = trainer.config, trainer.device, data.split
+    x_train = head_slice(head_output, split.train, heads).to(device)
+    x_selection = head_slice(head_output, split.selection, heads).to(device)
+    order = torch.Generator().manual_seed(config.seed)  # one batch order shared by all heads
+    for epoch in range(1, config.epochs + 1):
+        permutation = torch.randperm(split.train.size, generator=order)
+        for begin in range(0, split.train.size, config.batch_size):
+            batch = permutation[begin : begin + config.batch_size]
+            duplicate = None
+            if data.codes is not None:
+                same = data.codes[batch][:, None] == data.codes[batch][None, :]
+                duplicate = (same & ~torch.eye(batch.numel(), dtype=torch.bool)).to(device)
+            on_device = batch.to(device)
+            trainer.step(
+                x_train[:, on_device], data.train_targets[on_device], duplicate,
+                None if data.train_candidates is None else data.train_candidates[on_device],
+                None if data.negative_mask is None else data.negative_mask[on_device],
+            )
+        trainer.select(epoch, x_selection, data.selection_pool, data.selection_index)
+        bar.update()
+    best = trainer.best_probes()
+    if split.report_name == "eval":
+        report_r1 = trainer.best_r1.cpu()
+    else:
+        x_report = head_slice(head_output, split.report, heads).to(device)
+        report_r1 = _ChunkTrainer.r1(best.to(device), x_report, data.report_pool, data.report_index).cpu()
+    return _ChunkResult(best, trainer.best_r1.cpu(), trainer.best_epoch.cpu(), report_r1)
+
+
+def _in_context_r1(probes: WriterProbes, head_output: Any, candidates, report_rows: np.ndarray, device: str):
+    """``(R@1 [L, H], chance)`` when each report sample's own images are ranked (App. E.2), or (None, None)."""
+    if candidates is None:
+        return None, None
+    report_candidates = candidates.rows(report_rows)
+    votes = probes.in_context_votes(head_output, report_candidates, rows=report_rows, device=device)
+    r1 = (votes == report_candidates.target_index.numpy()[:, None, None]).mean(axis=0)
+    return r1, float((1.0 / report_candidates.n_images.double()).mean())
+
+
 def fit_writer_probes(
     head_output: Any,
     target_embeds: Any,
@@ -353,98 +437,44 @@ def fit_writer_probes(
         raise UserInputError("in_context_negatives needs the in-context candidates of every sample")
     n_samples, n_layers, n_heads, head_dim = head_output.shape
     n_total, d_model = n_layers * n_heads, target_embeds.shape[1]
-    split = _split_rows(probe_split, n_samples, config)
-
-    def pool_of(rows):
-        ids = None if image_ids is None else [image_ids[int(r)] for r in rows]
-        pool, index = image_pool(target_embeds[torch.as_tensor(rows)], ids)
-        return pool.to(device), torch.as_tensor(index, device=device)
-
-    selection_pool, selection_index = pool_of(split.selection)
-    report_pool, report_index = pool_of(split.report)
-    train_targets = target_embeds[torch.as_tensor(split.train)].to(device)
-    codes = _id_codes(image_ids, split.train)
-    train_candidates = negative_mask = None
-    if config.in_context_negatives:
-        train_part = candidates.rows(split.train)
-        train_candidates = train_part.embeds.to(device)
-        is_target = torch.nn.functional.one_hot(train_part.target_index, train_part.mask.shape[1]).bool()
-        negative_mask = (train_part.mask & ~is_target).to(device)
+    data = _prepare(target_embeds, _split_rows(probe_split, n_samples, config), image_ids, candidates, config, device)
     n_candidates = 0 if candidates is None else candidates.embeds.shape[1]
     chunk = heads_per_chunk or _heads_per_chunk(
-        _memory_budget(memory_budget_bytes, device), n_total, head_dim, d_model, split, config,
-        max(selection_pool.shape[0], report_pool.shape[0]), n_candidates,
+        _memory_budget(memory_budget_bytes, device), n_total, head_dim, d_model, data.split, config,
+        max(data.selection_pool.shape[0], data.report_pool.shape[0]), n_candidates,
     )
     chunk = min(chunk, n_total)
-
-    parts, selection_r1, report_r1, best_epoch = [], [], [], []
+    results = []
     bar = tqdm(total=-(-n_total // chunk) * config.epochs, desc="writer probes", disable=not progress)
     for start in range(0, n_total, chunk):
         heads = np.arange(start, min(start + chunk, n_total))
-        trainer = _ChunkTrainer(
-            WriterProbes.initialise(heads, n_layers, n_heads, head_dim, d_model, config.proj_dim, config.seed),
-            config, device,
-        )
-        x_train = head_slice(head_output, split.train, heads).to(device)
-        x_selection = head_slice(head_output, split.selection, heads).to(device)
-        order = torch.Generator().manual_seed(config.seed)  # one batch order shared by all heads
-        for epoch in range(1, config.epochs + 1):
-            permutation = torch.randperm(split.train.size, generator=order)
-            for begin in range(0, split.train.size, config.batch_size):
-                batch = permutation[begin : begin + config.batch_size]
-                duplicate = None
-                if codes is not None:
-                    same = codes[batch][:, None] == codes[batch][None, :]
-                    duplicate = (same & ~torch.eye(batch.numel(), dtype=torch.bool)).to(device)
-                on_device = batch.to(device)
-                trainer.step(
-                    x_train[:, on_device], train_targets[on_device], duplicate,
-                    None if train_candidates is None else train_candidates[on_device],
-                    None if negative_mask is None else negative_mask[on_device],
-                )
-            trainer.select(epoch, x_selection, selection_pool, selection_index)
-            bar.update()
-        best = trainer.best_probes()
-        parts.append(best)
-        selection_r1.append(trainer.best_r1.cpu())
-        best_epoch.append(trainer.best_epoch.cpu())
-        if split.report_name == "eval":
-            report_r1.append(trainer.best_r1.cpu())
-        else:
-            x_report = head_slice(head_output, split.report, heads).to(device)
-            report_r1.append(_ChunkTrainer.r1(best.to(device), x_report, report_pool, report_index).cpu())
+        initial = WriterProbes.initialise(heads, n_layers, n_heads, head_dim, d_model, config.proj_dim, config.seed)
+        results.append(_train_chunk(_ChunkTrainer(initial, config, device), head_output, heads, data, bar))
     bar.close()
-
     probes = WriterProbes(
-        np.arange(n_total), n_layers, n_heads,
-        *(torch.cat([p.parameters()[i] for p in parts]) for i in range(4)),
+        np.arange(n_total), n_layers, n_heads, *(torch.cat([r.probes.parameters()[i] for r in results]) for i in range(4))
     )
 
-    def grid(values: list[torch.Tensor]) -> np.ndarray:
-        return torch.cat(values).numpy().reshape(n_layers, n_heads)
+    def grid(field: str) -> np.ndarray:
+        return torch.cat([getattr(r, field) for r in results]).numpy().reshape(n_layers, n_heads)
 
-    r1_in_context = chance_in_context = None
-    if candidates is not None:
-        report_candidates = candidates.rows(split.report)
-        votes = probes.in_context_votes(head_output, report_candidates, rows=split.report, device=device)
-        r1_in_context = (votes == report_candidates.target_index.numpy()[:, None, None]).mean(axis=0)
-        chance_in_context = float((1.0 / report_candidates.n_images.double()).mean())
+    r1_in_context, chance_in_context = _in_context_r1(probes, head_output, candidates, data.split.report, device)
     fit = WriterFit(
-        r1=grid(report_r1).astype(np.float64),
-        chance=1.0 / report_pool.shape[0],
-        pool_size=int(report_pool.shape[0]),
-        selection_r1=grid(selection_r1).astype(np.float64),
-        best_epoch=grid(best_epoch),
+        r1=grid("report_r1").astype(np.float64),
+        chance=1.0 / data.report_pool.shape[0],
+        pool_size=int(data.report_pool.shape[0]),
+        selection_r1=grid("selection_r1").astype(np.float64),
+        best_epoch=grid("best_epoch"),
         r1_in_context=r1_in_context,
         chance_in_context=chance_in_context,
         probes=probes,
         config=config,
         selection_split="eval",
-        report_split=split.report_name,
-        n_train=int(split.train.size),
-        n_selection=int(split.selection.size),
-        n_report=int(split.report.size),
-        report_rows=split.report,
+        report_split=data.split.report_name,
+        n_train=int(data.split.train.size),
+        n_selection=int(data.split.selection.size),
+        n_report=int(data.split.report.size),
+        report_rows=data.split.report,
         heads_per_chunk=chunk,
     )
     probes.info = {key: value for key, value in fit.to_json().items() if key not in ("selection_r1", "best_epoch")}

@@ -5,10 +5,9 @@ lm-eval's ``--metadata`` (``icir_mcq_data=DIR``, ``vhs_data=DIR``, and ``coco_ro
 folders built with ``--no-embed-images``) or by the environment variables ``ICIR_MCQ_DATA``,
 ``ICIR_VHS_DATA`` and ``ICIR_COCO_ROOT``.
 
-``process_results`` turns the model's responses into per-document values: ``acc`` (and VHs
-``compliance``) directly, and for every head metric one small item (the capture reference the
-model returned plus the document's target image) that the aggregations below hand to
-`harness.lm_eval_plugin.analysis`.
+``process_results`` returns each document's ``acc`` (and VHs ``compliance``); the head metrics
+are computed after lm-eval by the analysis stage (`harness.analysis`) from the activation store,
+which holds every document's capture and the record fields it needs (`documents.HEAD_FIELDS`).
 """
 
 from __future__ import annotations
@@ -20,19 +19,8 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from harness.lm_eval_plugin.analysis import analysis_for
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from vhs_adapter.scoring import is_compliant, is_correct
-
-VOTE_KS = (1, 3, 5, 10, 20, 30)
-POINTER_METRICS = ("pointer_r1", "pointer_top_head", "pointer_r1_median", "chance_r1")
-
-
-def _vote_items(item: dict, ranking: str) -> dict:
-    """The ``vote_r1@K`` (or ``writer_vote_r1@K``) items of one document: `item` plus its vote."""
-    prefix = "writer_" if ranking == "writer" else ""
-    return {f"{prefix}vote_r1@{k}": {**item, "vote": [ranking, k]} for k in VOTE_KS}
-
 
 # Dataset kind -> the environment variable that names its folder when --metadata does not.
 DATA_FOLDER_ENV = {"icir_mcq": "ICIR_MCQ_DATA", "vhs": "ICIR_VHS_DATA"}
@@ -137,67 +125,15 @@ def load_vhs(vhs_config: str, vhs_data: str | None = None, coco_root: str | None
 
 
 def process_icir_mcq(doc: dict, results: list) -> dict:
-    """ICIR-MCQ per-document values: ``acc`` = restricted argmax over A-D (App. C.4) + head items.
+    """ICIR-MCQ ``acc``: the restricted argmax over the option letters A-D (App. C.4).
 
-    `results` holds one ``(log p(letter), is_greedy, capture_ref)`` per option letter, A-D.
+    `results` holds one ``(log p(letter), is_greedy)`` per option letter, A-D.
     """
     logprobs = [result[0] for result in results]
-    item = {
-        **results[0][2],
-        "target": int(doc["target_position"]),
-        "n": int(doc["n_choices"]),
-        "split": doc["probe_split"],
-        "image_id": int(doc["target_image_id"]),
-    }
-    acc = float(int(np.argmax(logprobs)) == int(doc["answer_index"]))
-    return {"acc": acc, "writer_r1": item, **dict.fromkeys(POINTER_METRICS, item), **_vote_items(item, "pointer")}
+    return {"acc": float(int(np.argmax(logprobs)) == int(doc["answer_index"]))}
 
 
 def process_vhs(doc: dict, results: list) -> dict:
-    """VHs per-document values: toolkit ``acc`` and ``compliance`` (App. A) + head items.
-
-    Head metrics need one target image, so they are reported for single-needle haystacks; the
-    writer metrics only when the model was given ``writer_probes``.
-    """
-    text, ref = results[0]
-    values = {"acc": float(is_correct(text, doc["answer"])), "compliance": float(is_compliant(text))}
-    if len(doc["needle_positions"]) == 1:
-        item = {**ref, "target": int(doc["needle_positions"][0]), "n": int(doc["n_images"]), "split": None,
-                "image_id": None}
-        values.update({**dict.fromkeys(POINTER_METRICS, item), **_vote_items(item, "pointer")})
-        if ref["writer_probes"]:
-            values.update({"writer_r1": item, **_vote_items(item, "writer")})
-    return values
-
-
-def agg_pointer_r1(items: list) -> float:
-    """R@1 of the best pointer head at the first readout position (Table 1)."""
-    return analysis_for(items).pointer_best
-
-
-def agg_pointer_top_head(items: list) -> int:
-    """Flat index ``l*H + h`` of the best pointer head (named ``LxxHyy`` in the artifacts)."""
-    return analysis_for(items).pointer_top_head
-
-
-def agg_pointer_r1_median(items: list) -> float:
-    """Median pointer R@1 over all heads."""
-    return analysis_for(items).pointer_median
-
-
-def agg_chance_r1(items: list) -> float:
-    """Pointer chance level: mean over documents of 1/N."""
-    return analysis_for(items).chance
-
-
-def agg_writer_r1(items: list) -> float:
-    """R@1 of the best writer head (ICIR-MCQ: pool of eval targets; VHs: in-context), NaN if unavailable."""
-    return analysis_for(items).writer_best
-
-
-def agg_vote_r1(items: list) -> float:
-    """Top-K majority-vote R@1 (App. H); each item names its ranking and K (``item["vote"]``)."""
-    ranking, k = items[0]["vote"]
-    analysis = analysis_for([{key: value for key, value in item.items() if key != "vote"} for item in items])
-    curve = analysis.writer_vote_r1 if ranking == "writer" else analysis.vote_r1
-    return curve[k]
+    """VHs ``acc`` and ``compliance``: the response parsed as the VHs toolkit does (App. A)."""
+    text = results[0]
+    return {"acc": float(is_correct(text, doc["answer"])), "compliance": float(is_compliant(text))}

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from icir_mcq.errors import UserInputError
-from icir_mcq.hub_folder import atomic_output_dir
+from icir_common import UserInputError, atomic_output_dir
 
 from .parts import TextSizes
 

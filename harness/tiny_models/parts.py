@@ -7,7 +7,7 @@ import dataclasses
 import torch
 from transformers import PreTrainedModel
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 
 
 @dataclasses.dataclass(frozen=True)

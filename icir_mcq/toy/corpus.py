@@ -1,6 +1,6 @@
 """Write the toy corpus: COCO 2017 and MM-NIAH files of the real shapes, from synthetic shapes.
 
-Layout under ``OUT`` (the real datasets' own layouts, formats.md)::
+Layout under ``OUT`` (the real datasets' own layouts, ``docs/formats.md``)::
 
     coco/annotations/instances_{train,val}2017.json
     coco/annotations/captions_{train,val}2017.json
@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from icir_mcq.errors import UserInputError
-from icir_mcq.hub_folder import atomic_output_dir
+from icir_common import UserInputError, atomic_output_dir
 from icir_mcq.toy.captions import caption_image
 from icir_mcq.toy.documents import make_record
 from icir_mcq.toy.render import crowd_rle, render_image

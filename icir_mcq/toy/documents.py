@@ -1,6 +1,6 @@
 """Synthetic MM-NIAH ``retrieval-image`` records: multi-paragraph web-like documents with images.
 
-Mirrors one line of ``mm_niah_val/annotations/retrieval-image.jsonl`` (formats.md): ``id``,
+Mirrors one line of ``mm_niah_val/annotations/retrieval-image.jsonl`` (``docs/formats.md``): ``id``,
 ``images_list``, ``context`` with one literal ``<image>`` per image, ``question``, ``answer``
 and ``meta``. Some segments between placeholders are empty (adjacent images) and some
 sentences use shape words in their everyday sense ("the town square", "at the heart of"), so
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import random
 
-IMAGE = "<image>"
+from icir_common import IMAGE_PLACEHOLDER as IMAGE
+
 MIN_IMAGES, MAX_IMAGES = 3, 14
 EMPTY_SEGMENT_P = 0.12
 SHAPE_WORD_SENTENCE_P = 0.06

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from icir_mcq.errors import UserInputError
+from icir_common import UserInputError
 from icir_mcq.toy.shapes import CATEGORIES, SHAPE_COLOURS
 
 

@@ -11,7 +11,13 @@ PNG figures of the same numbers (`harness.plots`)::
     writer_r1.json           writer R@1 grid and fit details (ICIR-MCQ) or in-context grid (VHs)
     writer_r1.safetensors    "writer_r1" [L, H] float64
     writer_ranking.json      the writer ranking
-    writer_probes/           the fitted probes (ICIR-MCQ; `WriterProbes.save`); writer_probes=DIR
+    writer_probes/           the probes fit at the reported position (ICIR-MCQ; `WriterProbes.save`);
+                             writer_probes=DIR (other positions: writer_probes@<position>/)
+    documents.jsonl          per document (tasks only): doc_id, answer, correct, target_image,
+                             pointer_head, pointer_pick, pointer_hit (`analysis.document_records`)
+    head_records.safetensors per-document head records (tasks only): "pointer_image" [docs, L, H]
+                             int16, the image each head points to at the reported position;
+                             "target_image" [docs] int16; "doc_id" [docs] int64
     pointer_r1_grid.png      layer x head pointer R@1 heatmap at the reported position (Figure 4)
     vote_r1.png              vote R@1 over K, pointer and (VHs with probes) writer ranking (Figure 6)
     writer_r1_grid.png       layer x head writer R@1 heatmap (Figure 5), when writer R@1 exists
@@ -20,17 +26,18 @@ PNG figures of the same numbers (`harness.plots`)::
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from harness.heads import head_name
-from harness.lm_eval_plugin.analysis import HeadAnalysis
-from harness.lm_eval_plugin.rankings_io import ranking_document, write_json
+from harness.analysis import HeadAnalysis
+from harness.lm_eval_plugin.rankings_io import ranking_document
 from harness.metrics.rankings import grid_by_name, head_ranking, ranking_names
 from harness.plots import plot_head_grid, plot_pointer_vs_writer, plot_vote_curves
+from icir_common import atomic_file, flat_head_name, write_json
 
 TOP_K = 10
 
@@ -41,10 +48,14 @@ def _top_list(grid: np.ndarray, k: int = TOP_K) -> list[list]:
     return [[name, float(grid.ravel()[i])] for name, i in zip(ranking_names(order, grid.shape[1]), order)]
 
 
+def _save_tensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
+    with atomic_file(path) as tmp:
+        save_file({name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in tensors.items()}, str(tmp),
+                  metadata=metadata)
+
+
 def _save_arrays(path: Path, name: str, array: np.ndarray, metadata: dict[str, str]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({name: torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))}, str(tmp), metadata=metadata)
-    tmp.replace(path)
+    _save_tensors(path, {name: np.asarray(array, dtype=np.float64)}, metadata)
 
 
 def summary(analysis: HeadAnalysis, name: str) -> dict:
@@ -54,10 +65,10 @@ def summary(analysis: HeadAnalysis, name: str) -> dict:
     return {
         "name": name,
         "tasks": analysis.tasks,
-        "n_docs": len(analysis.items),
+        "n_docs": analysis.n_docs,
         "position": analysis.positions[0],
         "pointer_r1": analysis.pointer_best,
-        "pointer_top_head": head_name(top // grid.shape[1], top % grid.shape[1]),
+        "pointer_top_head": flat_head_name(top, grid.shape[1]),
         "pointer_top_head_index": top,
         "pointer_r1_median": analysis.pointer_median,
         "chance_r1": analysis.chance,
@@ -74,8 +85,12 @@ def summary(analysis: HeadAnalysis, name: str) -> dict:
     }
 
 
-def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str) -> Path:
+def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str, documents: list[dict] | None = None) -> Path:
     """Write every artifact of `analysis` into ``folder`` (created; files replaced one by one).
+
+    Args:
+        documents: the task's per-document records (`analysis.document_records`); None for a
+            pooled group (its documents are its tasks').
 
     Returns:
         `folder`.
@@ -102,14 +117,38 @@ def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str) -> Path:
         },
     )
     if analysis.writer_r1 is not None:
-        details = analysis.writer_fit.to_json() if analysis.writer_fit else {"writer_r1": grid_by_name(analysis.writer_r1)}
-        write_json(folder / "writer_r1.json", details)
-        _save_arrays(folder / "writer_r1.safetensors", "writer_r1", analysis.writer_r1, {"position": positions[0]})
-        write_json(folder / "writer_ranking.json", ranking_document(analysis.writer_r1, "writer", positions[0]))
-    if analysis.writer_fit is not None:
-        analysis.writer_fit.probes.save(folder / "writer_probes", overwrite=True)
+        _write_writer(analysis, folder)
+    if documents is not None:
+        _write_documents(analysis, documents, folder)
     _write_plots(analysis, folder, name)
     return folder
+
+
+def _write_writer(analysis: HeadAnalysis, folder: Path) -> None:
+    """Writer R@1 grids, ranking and (when fit in this run) the probes of every readout position."""
+    position = analysis.positions[0]
+    if analysis.writer_fits:
+        details = {p: fit.to_json() for p, fit in analysis.writer_fits.items()}
+    else:
+        details = {position: {"writer_r1": grid_by_name(analysis.writer_r1)}}
+    write_json(folder / "writer_r1.json", details)
+    _save_arrays(folder / "writer_r1.safetensors", "writer_r1", analysis.writer_r1, {"position": position})
+    write_json(folder / "writer_ranking.json", ranking_document(analysis.writer_r1, "writer", position))
+    for p, fit in analysis.writer_fits.items():
+        fit.probes.save(folder / ("writer_probes" if p == position else f"writer_probes@{p}"), overwrite=True)
+
+
+def _write_documents(analysis: HeadAnalysis, documents: list[dict], folder: Path) -> None:
+    """``documents.jsonl`` and ``head_records.safetensors`` of one task (module docstring)."""
+    with atomic_file(folder / "documents.jsonl") as tmp:
+        tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in documents))
+    doc_ids = [row["doc_id"] for row in documents if row["target_image"] is not None]
+    tensors = {
+        "pointer_image": analysis.votes.astype(np.int16),
+        "target_image": analysis.targets.astype(np.int16),
+        "doc_id": np.array(doc_ids, dtype=np.int64),
+    }
+    _save_tensors(folder / "head_records.safetensors", tensors, {"position": analysis.positions[0]})
 
 
 def _write_plots(analysis: HeadAnalysis, folder: Path, name: str) -> None:
@@ -123,7 +162,8 @@ def _write_plots(analysis: HeadAnalysis, folder: Path, name: str) -> None:
     if analysis.writer_r1 is None:
         return
     # Pool R@1 (ICIR-MCQ) has chance 1/pool size; in-context writer R@1 (VHs) shares the pointer's mean(1/N).
-    writer_chance = analysis.writer_fit.chance if analysis.writer_fit else analysis.chance
+    fit = analysis.writer_fits.get(analysis.positions[0])
+    writer_chance = fit.chance if fit else analysis.chance
     plot_head_grid(analysis.writer_r1, folder / "writer_r1_grid.png", f"{name}: writer {at}", writer_chance)
     plot_pointer_vs_writer(
         analysis.table_grid, analysis.writer_r1, folder / "pointer_vs_writer.png", pointer_chance=analysis.chance

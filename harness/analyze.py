@@ -1,0 +1,137 @@
+"""The analysis stage around lm-eval's results: `harness.analysis` in, metrics and artifacts out.
+
+`analyze_results` is the one step that runs after every evaluation (``icir eval``,
+`harness.evaluate`) and in ``icir analyze RUN_FOLDER`` on a finished run (a plain ``lm_eval``
+run with ``store=DIR`` included): it reads the run's documents from the activation store once
+(`harness.analysis.analyse_run`), writes the artifacts (`harness.artifacts`), adds the head
+metrics to lm-eval's results dict (``results`` and ``groups`` sections, key ``<metric>,none``,
+so lm-eval's table and results JSON show them) and annotates lm-eval's logged samples with each
+document's record (answer, correctness, target image, the top pointer head's pick; no paths).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from harness.activation_store import SETTINGS_FILE
+from harness.analysis import HeadAnalysis, RunAnalysis, RunSpec, analyse_run
+from harness.artifacts import summary, write_artifacts
+from harness.constants import VOTE_METRICS, WRITER_METRICS, WRITER_VOTE_METRICS
+from icir_common import UserInputError
+
+
+def run_spec(results: dict, model_args: dict[str, Any]) -> RunSpec:
+    """The `RunSpec` of an lm-eval run: its store, and each stored task's evaluated document count.
+
+    Raises:
+        UserInputError: the run had no ``store`` folder (a temporary store is gone after the run)
+            or the folder holds no settings file.
+    """
+    store = model_args.get("store")
+    if not store or not (Path(store) / SETTINGS_FILE).is_file():
+        raise UserInputError(
+            f"the run's activation store {store or '(temporary)'} is not there: head metrics are computed from it, "
+            f"so run with --model_args store=DIR (icir eval sets it with --output_path)"
+        )
+    shards = Path(store) / "shards"
+    tasks = {
+        task: int(counts["effective"])
+        for task, counts in sorted(results.get("n-samples", {}).items())
+        if (shards / task).is_dir()
+    }
+    return RunSpec(Path(store), tasks, model_args.get("heads_ranking"), model_args.get("writer_probes"))
+
+
+def _table_values(analysis: HeadAnalysis) -> dict[str, float | int]:
+    values: dict[str, float | int] = {
+        "pointer_r1": analysis.pointer_best,
+        "pointer_top_head": analysis.pointer_top_head,
+        "pointer_r1_median": analysis.pointer_median,
+        "chance_r1": analysis.chance,
+    }
+    values.update({metric: analysis.vote_r1[int(metric.split("@")[1])] for metric in VOTE_METRICS})
+    if analysis.writer_r1 is not None:
+        values["writer_r1"] = analysis.writer_best
+    if analysis.writer_vote_r1 is not None:
+        values.update({m: analysis.writer_vote_r1[int(m.split("@")[1])] for m in WRITER_VOTE_METRICS})
+    return values
+
+
+HIGHER_IS_BETTER = {
+    **dict.fromkeys(("pointer_r1", "pointer_r1_median", *WRITER_METRICS, *VOTE_METRICS, *WRITER_VOTE_METRICS), True),
+    "pointer_top_head": None,
+    "chance_r1": None,
+}
+
+
+def add_to_results(results: dict, analyses: dict[str, HeadAnalysis]) -> None:
+    """Put each unit's head metrics into lm-eval's ``results`` (and ``groups``) rows, in place."""
+    for name, analysis in analyses.items():
+        values = {f"{metric},none": value for metric, value in _table_values(analysis).items()}
+        for section in ("results", "groups"):
+            if name in results.get(section, {}):
+                results[section][name].update(values)
+        better = results.setdefault("higher_is_better", {}).setdefault(name, {})
+        better.update({metric: HIGHER_IS_BETTER[metric] for metric in _table_values(analysis)})
+
+
+def annotate_samples(samples: dict[str, list[dict]], run: RunAnalysis) -> None:
+    """Add each document's record (`analysis.document_records`) to lm-eval's logged samples, in place."""
+    for task, logged in samples.items():
+        by_id = {row["doc_id"]: row for row in run.documents.get(task, [])}
+        for sample in logged:
+            row = by_id.get(int(sample["doc_id"]))
+            if row is not None:
+                sample.update({key: value for key, value in row.items() if key != "doc_id"})
+
+
+def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Path | None) -> dict[str, dict]:
+    """Run the analysis stage on lm-eval's `results`; add metrics, samples' records, artifacts.
+
+    Args:
+        results: lm-eval's results dict (``n-samples``, ``results``, ``groups``, and
+            ``samples`` when logged); updated in place, plus ``results["icir"]``.
+        model_args: the ``hf-multimodal-heads`` arguments of the run (``store``,
+            ``heads_ranking``, ``writer_probes``).
+        artifacts_dir: folder of the per-unit artifact folders, or None for none.
+
+    Returns:
+        ``{task or group name: summary}`` (`artifacts.summary`).
+
+    Raises:
+        UserInputError: see `run_spec` and `analysis.analyse_run`.
+    """
+    spec = run_spec(results, model_args)
+    settings = json.loads((spec.store / SETTINGS_FILE).read_text())
+    run = analyse_run(spec, tuple(settings["readout"]), settings)
+    summaries = {}
+    for name, analysis in run.analyses.items():
+        summaries[name] = summary(analysis, name)
+        if artifacts_dir is not None:
+            write_artifacts(analysis, Path(artifacts_dir) / name, name, run.documents.get(name))
+    add_to_results(results, run.analyses)
+    if results.get("samples"):
+        annotate_samples(results["samples"], run)
+    results["icir"] = {"artifacts": None if artifacts_dir is None else str(artifacts_dir), "summaries": summaries}
+    return summaries
+
+
+def format_summaries(summaries: dict[str, dict], artifacts_dir: str | Path | None) -> str:
+    """Human-readable head summary printed after lm-eval's table ("" without head metrics)."""
+    if not summaries:
+        return ""
+    lines = ["", "Head metrics (readout position, best / median pointer head, chance, top-5 heads):"]
+    for name, s in summaries.items():
+        top = ", ".join(f"{head} {r1:.3f}" for head, r1 in s["top_pointer_heads"][:5])
+        writer = "" if s["writer_r1"] is None or math.isnan(s["writer_r1"]) else f"  writer_r1 {s['writer_r1']:.3f}"
+        lines.append(
+            f"  {name:<16} {s['position']:<6} pointer_r1 {s['pointer_r1']:.3f} ({s['pointer_top_head']})  "
+            f"median {s['pointer_r1_median']:.3f}  chance {s['chance_r1']:.3f}{writer}  top: {top}"
+        )
+        lines.extend(f"    note: {note}" for note in s["notes"])
+    if artifacts_dir is not None:
+        lines.append(f"Artifacts (grids, rankings, per-document records, writer probes, plots): {artifacts_dir}")
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""Every list the harness shares, written once: model name, tasks, sizes, vote Ks, metric names.
+
+The per-size task YAMLs in ``harness/tasks/`` are generated from this module by
+``harness/tasks/_generate_configs.py`` (as lm-eval generates its task variants);
+``tests/test_task_configs.py`` fails when the committed YAMLs differ from what it generates.
+"""
+
+from __future__ import annotations
+
+from vhs_adapter.question_files import DEFAULT_SIZES
+
+MODEL_NAME = "hf-multimodal-heads"
+
+# ICIR-MCQ configs (paper §3.2, App. B: 5 and 6 candidate images); the group pools both.
+ICIR_MCQ_CONFIGS: tuple[str, ...] = ("n5", "n6")
+ICIR_MCQ_GROUP = "icir_mcq"
+ICIR_MCQ_TASKS: tuple[str, ...] = tuple(f"icir_mcq_{config}" for config in ICIR_MCQ_CONFIGS)
+
+# Visual Haystacks haystack sizes N (§4.3, App. A): the toolkit's files; multi-needle has no oracle.
+VHS_SINGLE_SIZES: tuple[int, ...] = tuple(DEFAULT_SIZES)
+VHS_MULTI_SIZES: tuple[int, ...] = tuple(n for n in DEFAULT_SIZES if n > 1)
+VHS_GROUPS: dict[str, tuple[str, ...]] = {
+    "vhs_single": tuple(f"vhs_single_n{n}" for n in VHS_SINGLE_SIZES),
+    "vhs_multi": tuple(f"vhs_multi_n{n}" for n in VHS_MULTI_SIZES),
+}
+
+# Groups whose head metrics are computed over all their tasks' documents at once (the paper
+# reports one best head and one set of writer probes over all of ICIR-MCQ).
+POOLED_GROUPS: dict[str, tuple[str, ...]] = {ICIR_MCQ_GROUP: ICIR_MCQ_TASKS}
+
+# Top-K majority votes (App. H, Figure 6).
+VOTE_KS: tuple[int, ...] = (1, 3, 5, 10, 20, 30)
+
+# Readout positions (App. G): the cattok, the next four tokens, the prompt's middle, its last token.
+READOUT_POSITIONS: tuple[str, ...] = ("cattok", "+1", "+2", "+3", "+4", "mid", "last")
+
+# Head metrics the analysis stage adds to lm-eval's results (key ``<metric>,none``).
+POINTER_METRICS: tuple[str, ...] = ("pointer_r1", "pointer_top_head", "pointer_r1_median", "chance_r1")
+WRITER_METRICS: tuple[str, ...] = ("writer_r1",)
+VOTE_METRICS: tuple[str, ...] = tuple(f"vote_r1@{k}" for k in VOTE_KS)
+WRITER_VOTE_METRICS: tuple[str, ...] = tuple(f"writer_vote_r1@{k}" for k in VOTE_KS)
+
+# Documents per activation-store shard: a killed run recomputes at most this many.
+STORE_FLUSH = 16
+
+# Folder names inside a run folder ``OUTPUT/<model name>/``.
+ARTIFACTS_FOLDER = "icir_artifacts"
+STORE_FOLDER = "activations"

@@ -1,0 +1,169 @@
+"""`harness.evaluate`: lm-eval's ``simple_evaluate`` on our tasks and model, then the analysis stage.
+
+lm-eval owns the loop (docs/design.md): this module registers the ``hf-multimodal-heads`` model
+and the task folder (`harness.lm_eval_plugin.TASKS_DIR`), checks task names and dataset folders
+before any model loads, chooses where the activation store and the artifacts go, and after the
+run calls the analysis stage (`harness.analyze.analyze_results`), which adds the head metrics to
+lm-eval's results and writes the artifacts.
+
+A run's files land in ``OUTPUT/<model name>/`` (`run_folder`): lm-eval's ``results_*.json`` (and
+``samples_*.jsonl``), ``activations/`` (the store) and ``icir_artifacts/<task or group>/``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.constants import ARTIFACTS_FOLDER, MODEL_NAME, STORE_FOLDER
+from icir_common import UserInputError
+
+DEMO_MODEL_NAME = "icir-demo-model"
+
+
+def parse_model_args(model_args: str | dict[str, Any] | None) -> dict[str, Any]:
+    """Model arguments as a dict (lm-eval's ``key=value,key2=value2`` strings are parsed its way)."""
+    from lm_eval.utils import simple_parse_args_string
+
+    if model_args is None:
+        return {}
+    if isinstance(model_args, str):
+        return simple_parse_args_string(model_args)
+    return dict(model_args)
+
+
+def model_name(pretrained: str | os.PathLike) -> str:
+    """The folder name of a model's runs: its Hub id (``org__name``) or its folder's last component.
+
+    The shipped demo model is ``icir-demo-model``. The name never holds the clone's absolute
+    path, so the same run lands in the same folder on every machine.
+    """
+    from harness.demo_model import SHIPPED_DEMO_MODEL
+
+    path = Path(pretrained).expanduser()
+    if path.exists():
+        return DEMO_MODEL_NAME if path.resolve() == SHIPPED_DEMO_MODEL else path.resolve().name
+    return str(pretrained).replace("/", "__")
+
+
+def run_folder(output_path: str | os.PathLike, model_args: dict[str, Any]) -> Path:
+    """``OUTPUT/<model name>``: where this model's results, store and artifacts go."""
+    from harness.demo_model import default_model_path
+
+    return Path(output_path) / model_name(model_args.get("pretrained") or default_model_path())
+
+
+def with_defaults(model_args: dict[str, Any], output_path: str | os.PathLike | None) -> dict[str, Any]:
+    """`model_args` with the default model filled in and, given an output path, the store in the run folder."""
+    from harness.demo_model import default_model_path
+
+    model_args = dict(model_args)
+    model_args.setdefault("pretrained", str(default_model_path()))
+    if output_path is not None:
+        model_args.setdefault("store", str(run_folder(output_path, model_args) / STORE_FOLDER))
+    return model_args
+
+
+def task_manager(metadata: dict[str, Any], include_path: str | os.PathLike | None = None):
+    """An lm-eval ``TaskManager`` of the shipped tasks (plus `include_path`), with `metadata`.
+
+    lm-eval's own tasks are left out: ``hf-multimodal-heads`` needs documents with a cattok span,
+    and indexing lm-eval's thousands of task files costs tens of seconds per run.
+    """
+    from lm_eval.tasks import TaskManager
+
+    from harness.lm_eval_plugin import TASKS_DIR
+
+    paths = [str(TASKS_DIR)] + ([str(include_path)] if include_path else [])
+    return TaskManager(include_path=paths, include_defaults=False, metadata=metadata)
+
+
+def check_task_names(tasks: Iterable[str], known: Sequence[str]) -> list[str]:
+    """`tasks` (comma-separated entries split) if all are in `known`.
+
+    Raises:
+        UserInputError: an unknown name; the message suggests the closest names.
+    """
+    known = sorted(known)
+    names = [name.strip() for entry in tasks for name in entry.split(",") if name.strip()]
+    if not names:
+        raise UserInputError(f"no task given; choose from {', '.join(known)}")
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = f"did you mean {' or '.join(close)}?" if close else f"choose from {', '.join(known)}"
+            raise UserInputError(f"unknown task {name!r}; {hint}")
+    return names
+
+
+def evaluate(
+    tasks: Sequence[str],
+    model_args: str | dict[str, Any] | None = None,
+    *,
+    metadata: dict[str, Any] | None = None,
+    output_path: str | os.PathLike | None = None,
+    model: str = MODEL_NAME,
+    include_path: str | os.PathLike | None = None,
+    **simple_evaluate_kwargs: Any,
+) -> dict | None:
+    """Run ``lm_eval.simple_evaluate`` on our tasks, then the analysis stage on its results.
+
+    Args:
+        tasks: task or group names from the shipped folder (``icir_mcq``, ``icir_mcq_n5``,
+            ``vhs_single_n10``, ``vhs_single``...).
+        model_args: ``hf-multimodal-heads`` arguments (dict or lm-eval string); ``pretrained``
+            defaults to the shipped demo model, ``store`` to ``OUTPUT/<model>/activations`` when
+            `output_path` is given (else a temporary folder removed after the analysis).
+        metadata: task metadata, e.g. ``{"icir_mcq_data": DIR, "vhs_data": DIR}``.
+        output_path: folder of the run folders (``OUTPUT/<model>/icir_artifacts/<task>``); None
+            writes no artifacts.
+        model: lm-eval model name.
+        include_path: a folder of further task YAMLs (for tasks built on ours).
+        **simple_evaluate_kwargs: passed to ``simple_evaluate`` (``limit``, ``batch_size``,
+            ``device``, ``gen_kwargs``, ``log_samples``...).
+
+    Returns:
+        lm-eval's results dict with the head metrics added (`analyze.analyze_results`) and
+        ``results["icir"]`` = ``{"artifacts": folder or None, "summaries": {name: summary}}``;
+        None on processes other than rank 0 of a data-parallel run.
+
+    Raises:
+        UserInputError: unknown task names, a missing dataset folder, an unsupported model, ...
+    """
+    import lm_eval
+
+    import harness.lm_eval_plugin  # noqa: F401  (registers the model with lm-eval)
+    from harness.analyze import analyze_results
+    from harness.tasks.utils import check_data_folders
+
+    model_args = parse_model_args(model_args)
+    temporary = None
+    if model == MODEL_NAME:
+        model_args = with_defaults(model_args, output_path)
+        if "store" not in model_args:
+            if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+                raise UserInputError(
+                    f"data-parallel runs of {MODEL_NAME} need a store folder every process sees: "
+                    "pass output_path (or --output_path) or model_args store=DIR"
+                )
+            temporary = model_args["store"] = tempfile.mkdtemp(prefix="icir-store-")
+    manager = task_manager(model_args | (metadata or {}), include_path)
+    names = check_task_names(tasks, manager.all_tasks)
+    check_data_folders(names, model_args | (metadata or {}))
+    try:
+        results = lm_eval.simple_evaluate(
+            model=model, model_args=model_args, tasks=names, task_manager=manager, **simple_evaluate_kwargs
+        )
+        if results is None or model != MODEL_NAME:
+            return results
+        artifacts_dir = None if output_path is None else run_folder(output_path, model_args) / ARTIFACTS_FOLDER
+        analyze_results(results, model_args, artifacts_dir)
+        return results
+    finally:
+        if temporary is not None:
+            shutil.rmtree(temporary, ignore_errors=True)

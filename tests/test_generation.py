@@ -1,0 +1,114 @@
+"""One encoding and one prefill per VHs document: decoding continues from the capture's KV cache.
+
+For every tiny architecture, the tokens that `generation.continue_greedy` decodes from the capture
+prefill equal a plain ``model.generate`` on the capture's own encoded inputs, with and without
+the answer-word stop; the model class generates from exactly the capture's input ids (one BOS),
+and its store records the generation settings exactly as the task asked for them.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+
+import pytest
+import torch
+import transformers
+
+from harness.capture.adapters import image_token_id, resolve_adapter
+from harness.capture.engine import capture_encoded
+from harness.capture.inputs import CaptureRequest, encode_requests
+from harness.lm_eval_plugin.generation import GreedySettings, continue_greedy, greedy_settings
+from harness.lm_eval_plugin.stopping import StopAtAnswerWord
+from harness.tiny_models import ARCHS, build_tiny, random_images, save_tiny
+from icir_common import UserInputError
+
+PROMPT = "<image><image><image>\nFor the image with a cat, is there a dog? Answer Yes or No."
+MAX_NEW = 6
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def arch_setup(request):
+    torch.manual_seed(0)
+    model, processor = build_tiny(request.param, seed=1)
+    request_ = CaptureRequest(PROMPT, random_images(3, seed=2), (PROMPT.index("cat"), PROMPT.index("cat") + 3))
+    inputs, layouts = encode_requests(processor, [request_], image_token_id(model, resolve_adapter(model)))
+    return request.param, model, processor, inputs, layouts
+
+
+def _captured_continuation(model, processor, inputs, layouts, settings):
+    cache = transformers.DynamicCache(config=model.config)
+    vocab = range(model.get_output_embeddings().out_features)
+    (capture,) = capture_encoded(model, inputs, layouts, ("cattok",), "exact", vocab, cache)
+    return continue_greedy(model, processor.tokenizer, inputs["input_ids"], cache, capture.answer_logits, settings)
+
+
+def test_decoding_from_the_capture_prefill_equals_plain_generate(arch_setup):
+    _, model, processor, inputs, layouts = arch_setup
+    length = inputs["input_ids"].shape[1]
+    plain = model.generate(**inputs, max_new_tokens=MAX_NEW, do_sample=False)[0, length:].tolist()
+    settings = GreedySettings({}, (), MAX_NEW, ())
+    assert _captured_continuation(model, processor, inputs, layouts, settings) == plain
+    assert len(plain) == MAX_NEW  # a random model does not stop early: every step is compared
+
+
+def test_answer_word_stop_matches_plain_generate(arch_setup):
+    _, model, processor, inputs, layouts = arch_setup
+    tokenizer = processor.tokenizer
+    length = inputs["input_ids"].shape[1]
+    # Stop at whatever complete word the model writes first, so the stop really fires.
+    free = model.generate(**inputs, max_new_tokens=12, do_sample=False)[0, length:]
+    words = tokenizer.decode(free, skip_special_tokens=True).split()
+    stop = (words[0].strip(".,!?;:()\"").lower(),) if len(words) > 1 else ("yes",)
+    criteria = transformers.StoppingCriteriaList([StopAtAnswerWord(tokenizer, stop, length)])
+    plain = model.generate(**inputs, max_new_tokens=12, do_sample=False, stopping_criteria=criteria)
+    settings = GreedySettings({}, (), 12, stop)
+    assert _captured_continuation(model, processor, inputs, layouts, settings) == plain[0, length:].tolist()
+
+
+def test_capture_encoding_holds_one_bos(arch_setup):
+    _, _, processor, inputs, _ = arch_setup
+    bos = processor.tokenizer.bos_token_id
+    if bos is None:
+        pytest.skip("this tokenizer has no BOS token")
+    ids = inputs["input_ids"][0].tolist()
+    assert ids.count(bos) <= 1 and (bos not in ids or ids[0] == bos)
+
+
+def test_generation_settings_are_copied_never_shared():
+    asked = {"until": [], "do_sample": False, "max_gen_toks": 8, "stop_at_words": ["yes", "no"]}
+    kept = copy.deepcopy(asked)
+    settings = greedy_settings(asked, eos="<|im_end|>", default_max=256)
+    assert asked == kept  # lm-eval's stop handling appends the end token to a copy only
+    assert settings.requested == kept and settings.until == ("<|im_end|>",)
+    assert greedy_settings(asked, eos="<|im_end|>", default_max=256) == settings
+    with pytest.raises(UserInputError, match="decodes greedily"):
+        greedy_settings({"do_sample": True}, eos="", default_max=8)
+    with pytest.raises(UserInputError, match="unsupported generation kwargs for hf-multimodal-heads: top_p"):
+        greedy_settings({"top_p": 0.9}, eos="", default_max=8)
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "llava_pixtral", "qwen3_vl"])
+def test_model_class_generates_from_the_capture_input_ids(arch, tmp_path):
+    """Gemma 3 and Llava+Pixtral templates write the BOS themselves: no second one may be added."""
+    from harness.lm_eval_plugin.model import HFMultimodalHeadsLM
+
+    save_tiny(arch, tmp_path / "model", seed=3)
+    lm = HFMultimodalHeadsLM(pretrained=str(tmp_path / "model"), store=str(tmp_path / "store"), device="cpu",
+                             image_budget=64)
+    images = random_images(3, seed=4)
+    span = (PROMPT.index("cat"), PROMPT.index("cat") + 3)
+    doc = {"prompt": PROMPT, "cattok_char_span": list(span), "needle_positions": [1], "answer": "No"}
+    asked = {"until": [], "do_sample": False, "max_gen_toks": MAX_NEW}
+    request = types.SimpleNamespace(args=(PROMPT, asked, {"visual": images}), doc=doc, task_name="vhs_single_n3",
+                                    doc_id=0)
+    (text,) = lm.generate_until([request])
+    record = lm.store.record("vhs_single_n3", 0)
+    inputs, _ = encode_requests(lm.processor, [CaptureRequest(PROMPT, images, span)],
+                                image_token_id(lm.model, resolve_adapter(lm.model)))
+    length = inputs["input_ids"].shape[1]
+    plain = lm.model.generate(**inputs, max_new_tokens=MAX_NEW, do_sample=False)[0, length:].tolist()
+    assert record["generated_ids"] == plain and record["response"] == text
+    assert record["generation_kwargs"] == asked and asked == {"until": [], "do_sample": False, "max_gen_toks": MAX_NEW}
+    assert record["fields"] == {"needle_positions": [1], "answer": "No"}
+    assert (lm.generate_until([request])) == [text]  # from the store: the same settings are accepted

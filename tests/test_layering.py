@@ -1,0 +1,102 @@
+"""The package layering: `icir_common` <- `icir_mcq` <- `vhs_adapter` <- `harness`, and no cycles.
+
+Walks every import statement of the packages (module level and inside functions, with `ast`, so
+lazy imports count too) and checks that (a) the neutral module imports none of the packages,
+(b) the graph of top-level packages has no cycle, and (c) neither has the graph of the harness's
+subpackages and modules (``harness.capture``, ``harness.lm_eval_plugin``, ``harness.analysis``...).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("icir_common", "icir_mcq", "vhs_adapter", "harness")
+
+
+def _modules() -> dict[str, Path]:
+    found = {"icir_common": ROOT / "icir_common.py"}
+    for package in PACKAGES[1:]:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(module: str, path: Path) -> set[str]:
+    names = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in names if name.split(".")[0] in PACKAGES}
+
+
+def _graph(unit) -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, path in modules.items():
+        for imported in _imports(module, path):
+            source, target = unit(module), unit(imported)
+            if source and target and source != target:
+                graph[source].add(target)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return trail + [node, nxt]
+            if nxt not in state and (found := visit(nxt, trail + [node])):
+                return found
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node, [])):
+            return found
+    return None
+
+
+def test_the_walk_sees_the_imports():
+    graph = _graph(lambda name: name.split(".")[0])
+    assert {"icir_mcq", "vhs_adapter", "icir_common"} <= graph["harness"]
+    assert "icir_common" in graph["icir_mcq"] and "icir_mcq" in graph["vhs_adapter"]
+    assert _cycle({"a": {"b"}, "b": {"a"}}) == ["a", "b", "a"]
+
+
+def test_the_neutral_module_imports_no_package():
+    assert not _imports("icir_common", ROOT / "icir_common.py")
+
+
+def test_no_cycle_between_packages():
+    graph = _graph(lambda name: name.split(".")[0])
+    assert _cycle(graph) is None
+    assert "harness" not in graph["icir_mcq"] | graph["vhs_adapter"]
+    assert "vhs_adapter" not in graph["icir_mcq"]
+
+
+@pytest.mark.parametrize("package", ["harness", "icir_mcq", "vhs_adapter"])
+def test_no_cycle_inside_a_package(package):
+    """Subpackages and top-level modules of one package (``harness.capture``, ``harness.analysis``)."""
+
+    def unit(name: str) -> str | None:
+        parts = name.split(".")
+        return ".".join(parts[:2]) if parts[0] == package and len(parts) > 1 else None
+
+    assert _cycle(_graph(unit)) is None
