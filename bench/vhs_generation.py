@@ -61,10 +61,9 @@ def widened():
     """The widened tiny Qwen3-VL with a pixel budget that gives ~256 visual tokens per image."""
     torch.manual_seed(0)
     model, processor = build_tiny("qwen3_vl", seed=0, **SIZES)
-    side = 64
-    while _visual_tokens(model, processor, side) < TARGET_VISUAL_TOKENS:
-        side *= 2
-    apply_image_budget(processor, side)
+    side = 32
+    while apply_image_budget(processor, side) and _visual_tokens(model, processor, side) < TARGET_VISUAL_TOKENS:
+        side += 32
     return model, processor, side
 
 
