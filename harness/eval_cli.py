@@ -6,13 +6,18 @@ Every argument after ``icir eval`` is an lm-eval ``run`` flag (``--tasks``, ``--
 ``EvaluatorConfig``; the run is lm-eval's ``simple_evaluate`` and its results are saved by
 lm-eval's ``EvaluationTracker`` and printed with its table. ``icir eval`` adds:
 
-- ``--model`` defaults to ``hf-multimodal-heads``, ``pretrained`` to the default tiny model;
+- ``--model`` defaults to ``hf-multimodal-heads``, ``pretrained`` to the shipped demo model;
 - tasks come from the shipped task folder (plus ``--include_path``); a misspelt name is an error
   with suggestions; lm-eval's own tasks are not indexed (the model needs cattok spans);
-- with ``--output_path OUT``, ``store`` defaults to ``OUT/<model>/activations`` (rerunning the
-  same command resumes) and artifacts go to ``OUT/<model>/icir_artifacts/<task>/``;
-- the pooled ``icir_mcq`` head metrics (added to the saved results and the group table) and a
-  head summary naming the top heads ``LxxHyy``.
+- with ``--output_path OUT``, the run folder is ``OUT/<model name>/`` (Hub id or the model
+  folder's last component): ``store`` defaults to its ``activations/`` (rerunning the same
+  command resumes and recomputes nothing already stored) and artifacts go to its
+  ``icir_artifacts/<task or group>/``;
+- the analysis stage (`harness.analyze`): head metrics added to lm-eval's saved results and
+  tables (the ``icir_mcq`` group pooled over both configs), each logged sample's per-document
+  record, and a head summary naming the top heads ``LxxHyy``.
+
+``icir analyze RUN_FOLDER`` runs the same analysis stage on a finished run.
 
 Datasets: ``--metadata icir_mcq_data=DIR vhs_data=DIR`` or ``ICIR_MCQ_DATA`` / ``ICIR_VHS_DATA``.
 Data parallel on CPUs: ``ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2

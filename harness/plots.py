@@ -14,16 +14,14 @@ registered in a global figure manager.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.metrics.rankings import as_flat_indices, check_grid, head_ranking, set_partition
-from icir_common import UserInputError, head_name
+from icir_common import UserInputError, atomic_file, flat_head_name
 
 FIGSIZE = (6.4, 4.8)  # inches; with DPI, a 640 x 480 px image
 DPI = 100
@@ -45,17 +43,9 @@ def _new_figure() -> tuple[Figure, object]:
 
 
 def _save_png(figure: Figure, path: str | os.PathLike) -> None:
-    """Save `figure` as PNG at `path` through a temporary file in the same folder, then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            figure.savefig(handle, format="png", dpi=DPI)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Save `figure` as PNG at `path` through a temporary file in the same folder (`atomic_file`)."""
+    with atomic_file(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=DPI)
 
 
 def plot_head_grid(grid: np.ndarray, path: str | os.PathLike, title: str, chance: float | None = None) -> Figure:
@@ -84,7 +74,7 @@ def plot_head_grid(grid: np.ndarray, path: str | os.PathLike, title: str, chance
     layer, head = divmod(best, grid.shape[1])
     axes.plot(head, layer, marker="o", markersize=10, markerfacecolor="none", markeredgecolor="red")
     axes.annotate(
-        f"{head_name(layer, head)} {grid[layer, head]:.3f}",
+        f"{flat_head_name(best, grid.shape[1])} {grid[layer, head]:.3f}",
         (head, layer),
         xytext=(6, 6),
         textcoords="offset points",

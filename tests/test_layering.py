@@ -4,6 +4,7 @@ Walks every import statement of the packages (module level and inside functions,
 lazy imports count too) and checks that (a) the neutral module imports none of the packages,
 (b) the graph of top-level packages has no cycle, and (c) neither has the graph of the harness's
 subpackages and modules (``harness.capture``, ``harness.lm_eval_plugin``, ``harness.analysis``...).
+Also: no function of the eval path (document -> capture -> store -> analysis) is over 80 lines.
 """
 
 from __future__ import annotations
@@ -100,3 +101,21 @@ def test_no_cycle_inside_a_package(package):
         return ".".join(parts[:2]) if parts[0] == package and len(parts) > 1 else None
 
     assert _cycle(_graph(unit)) is None
+
+
+EVAL_PATH = (
+    "harness/capture", "harness/lm_eval_plugin", "harness/metrics", "harness/tasks", "harness/analysis.py",
+    "harness/analyze.py", "harness/artifacts.py", "harness/evaluation.py", "harness/eval_cli.py",
+    "harness/activation_store.py", "harness/constants.py", "icir_common.py",
+)
+
+
+def test_no_function_of_the_eval_path_is_over_80_lines():
+    long = []
+    for entry in EVAL_PATH:
+        paths = [ROOT / entry] if entry.endswith(".py") else sorted((ROOT / entry).rglob("*.py"))
+        for path in paths:
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                    long.append(f"{path.relative_to(ROOT)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long

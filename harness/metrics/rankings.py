@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.stats
 
-from icir_common import UserInputError, head_name, parse_head_name
+from icir_common import UserInputError, flat_head_name, head_name, parse_head_name
 
 CORRELATION_METHODS = ("pearson", "spearman")
 
@@ -47,7 +47,7 @@ def head_ranking(grid: np.ndarray) -> np.ndarray:
 
 def ranking_names(ranking: Sequence[int], n_heads: int) -> list[str]:
     """``LxxHyy`` names of flat head indices, in the given order (``n_heads`` = H per layer)."""
-    return [head_name(int(i) // n_heads, int(i) % n_heads) for i in ranking]
+    return [flat_head_name(i, n_heads) for i in ranking]
 
 
 def top_heads(grid: np.ndarray, k: int) -> list[str]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from harness.constants import VOTE_KS as DEFAULT_KS
 from harness.metrics.rankings import as_flat_indices
-from icir_common import UserInputError, head_name
+from icir_common import UserInputError, flat_head_name
 
 NO_VOTE = -1
 
@@ -60,7 +60,7 @@ def top_k_predictions(head_votes: np.ndarray, ranking: Sequence[int | str], k: i
     if missing.size:
         index = int(flat[missing[0]])
         raise UserInputError(
-            f"head {head_name(index // n_heads, index % n_heads)} is among the top {k} but cast no vote; "
+            f"head {flat_head_name(index, n_heads)} is among the top {k} but cast no vote; "
             f"provide votes (e.g. save writer probes) for the whole top {k}"
         )
     return majority_vote(selected)

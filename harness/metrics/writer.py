@@ -391,6 +391,33 @@ def _in_context_r1(probes: WriterProbes, head_output: Any, candidates, report_ro
     return r1, float((1.0 / report_candidates.n_images.double()).mean())
 
 
+def _writer_fit(results: Sequence[_ChunkResult], data: _TrainingData, probes: WriterProbes,
+                config: WriterProbeConfig, chunk: int, in_context: tuple) -> WriterFit:
+    """The `WriterFit` of every chunk's result, grids ``[L, H]`` in flat head order."""
+
+    def grid(field: str) -> np.ndarray:
+        return torch.cat([getattr(r, field) for r in results]).numpy().reshape(probes.n_layers, probes.n_heads)
+
+    return WriterFit(
+        r1=grid("report_r1").astype(np.float64),
+        chance=1.0 / data.report_pool.shape[0],
+        pool_size=int(data.report_pool.shape[0]),
+        selection_r1=grid("selection_r1").astype(np.float64),
+        best_epoch=grid("best_epoch"),
+        r1_in_context=in_context[0],
+        chance_in_context=in_context[1],
+        probes=probes,
+        config=config,
+        selection_split="eval",
+        report_split=data.split.report_name,
+        n_train=int(data.split.train.size),
+        n_selection=int(data.split.selection.size),
+        n_report=int(data.split.report.size),
+        report_rows=data.split.report,
+        heads_per_chunk=chunk,
+    )
+
+
 def fit_writer_probes(
     head_output: Any,
     target_embeds: Any,
@@ -454,28 +481,7 @@ def fit_writer_probes(
     probes = WriterProbes(
         np.arange(n_total), n_layers, n_heads, *(torch.cat([r.probes.parameters()[i] for r in results]) for i in range(4))
     )
-
-    def grid(field: str) -> np.ndarray:
-        return torch.cat([getattr(r, field) for r in results]).numpy().reshape(n_layers, n_heads)
-
-    r1_in_context, chance_in_context = _in_context_r1(probes, head_output, candidates, data.split.report, device)
-    fit = WriterFit(
-        r1=grid("report_r1").astype(np.float64),
-        chance=1.0 / data.report_pool.shape[0],
-        pool_size=int(data.report_pool.shape[0]),
-        selection_r1=grid("selection_r1").astype(np.float64),
-        best_epoch=grid("best_epoch"),
-        r1_in_context=r1_in_context,
-        chance_in_context=chance_in_context,
-        probes=probes,
-        config=config,
-        selection_split="eval",
-        report_split=data.split.report_name,
-        n_train=int(data.split.train.size),
-        n_selection=int(data.split.selection.size),
-        n_report=int(data.split.report.size),
-        report_rows=data.split.report,
-        heads_per_chunk=chunk,
-    )
+    in_context = _in_context_r1(probes, head_output, candidates, data.split.report, device)
+    fit = _writer_fit(results, data, probes, config, chunk, in_context)
     probes.info = {key: value for key, value in fit.to_json().items() if key not in ("selection_r1", "best_epoch")}
     return fit
