@@ -264,3 +264,30 @@ def test_logged_samples_hold_readable_per_document_records(shared, icir_recomput
     assert records["pointer_image"].dtype == torch.int16 and records["pointer_image"].shape == (LIMIT, 4, 4)
     assert np.array_equal(records["pointer_image"].numpy(), icir_recomputed["votes"])
     assert records["doc_id"].tolist() == list(range(LIMIT))
+
+
+def test_icir_analyze_recomputes_a_finished_run(shared, tmp_path, capsys):
+    """``icir analyze`` on a run whose results hold lm-eval's numbers only (as a plain lm_eval run
+    with ``store=DIR`` leaves them) restores every head metric, the artifacts and the samples' records."""
+    import shutil
+
+    from harness.cli import main as icir_main
+
+    reference = results_of(shared / "ref_mcq")
+    (run,) = (shared / "ref_mcq").glob("*/results_*.json")
+    copy = tmp_path / run.parent.name
+    shutil.copytree(run.parent, copy, ignore=shutil.ignore_patterns("icir_artifacts"))
+    stripped = json.loads((copy / run.name).read_text())
+    stripped["results"]["icir_mcq_n5"] = {k: v for k, v in stripped["results"]["icir_mcq_n5"].items()
+                                          if "," not in k or k.split(",")[0] in ("acc", "acc_stderr")}
+    del stripped["icir"]
+    (copy / run.name).write_text(json.dumps(stripped))
+    samples = next(copy.glob("samples_icir_mcq_n5_*.jsonl"))
+    lines = [json.loads(line) for line in samples.read_text().splitlines()]
+    samples.write_text("".join(json.dumps({k: v for k, v in s.items() if not k.startswith("pointer_")}) + "\n"
+                               for s in lines))
+    assert icir_main(["analyze", str(copy)]) == 0
+    assert "pointer_r1" in capsys.readouterr().out
+    assert json.loads((copy / run.name).read_text())["results"] == reference["results"]
+    assert [json.loads(line) for line in samples.read_text().splitlines()] == lines
+    assert (copy / "icir_artifacts" / "icir_mcq_n5" / "head_records.safetensors").is_file()
