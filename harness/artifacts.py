@@ -1,4 +1,4 @@
-"""Artifacts of a run, written next to lm-eval's results: grids, rankings, top-K lists, probes, plots.
+"""Artifacts of a run, written next to lm-eval's results: grids, rankings, per-document records, probes, plots.
 
 One folder per task (and per pooled group); data in JSON and safetensors only (never code), plus
 PNG figures of the same numbers (`harness.plots`)::
