@@ -102,7 +102,8 @@ def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str, documents: 
         folder / "pointer_r1.json",
         {"chance": analysis.chance, "grids": {p: grid_by_name(g) for p, g in zip(positions, analysis.pointer_r1)}},
     )
-    _save_arrays(folder / "pointer_r1.safetensors", "pointer_r1", analysis.pointer_r1, {"positions": ",".join(positions)})
+    metadata = {"positions": ",".join(positions)}
+    _save_arrays(folder / "pointer_r1.safetensors", "pointer_r1", analysis.pointer_r1, metadata)
     write_json(folder / "pointer_ranking.json", ranking_document(analysis.table_grid, "pointer", positions[0]))
     write_json(
         folder / "vote_r1.json",

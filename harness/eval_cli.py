@@ -170,7 +170,8 @@ def _results_file(folder: Path) -> Path:
     if not files:
         raise UserInputError(f"{folder} holds no lm-eval results_*.json (pass the run folder OUTPUT/<model>)")
     if len({f.parent for f in files}) > 1:
-        raise UserInputError(f"{folder} holds several run folders; pass one of {sorted({str(f.parent) for f in files})}")
+        folders = sorted({str(f.parent) for f in files})
+        raise UserInputError(f"{folder} holds several run folders; pass one of {folders}")
     return files[-1]
 
 
@@ -194,7 +195,8 @@ def analyze(args: argparse.Namespace) -> int:
     analyze_results(results, model_args, results_file.parent / ARTIFACTS_FOLDER)
     for path, task in sample_files.items():
         with atomic_file(path) as tmp:
-            tmp.write_text("".join(json.dumps(sample, ensure_ascii=False) + "\n" for sample in results["samples"][task]))
+            lines = (json.dumps(sample, ensure_ascii=False) + "\n" for sample in results["samples"][task])
+            tmp.write_text("".join(lines))
     del results["samples"]
     write_json(results_file, results)
     print(make_table(results))

@@ -117,3 +117,27 @@ def test_model_class_generates_from_the_capture_input_ids(arch, tmp_path):
     assert record["generation_kwargs"] == asked and asked == {"until": [], "do_sample": False, "max_gen_toks": MAX_NEW}
     assert record["fields"] == {"needle_positions": [1], "answer": "No"}
     assert (lm.generate_until([request])) == [text]  # from the store: the same settings are accepted
+
+
+def test_max_length_refuses_a_prompt_that_does_not_fit(tmp_path):
+    """``max_length`` cuts nothing: a prompt (plus its answer tokens) over it is an error naming the document."""
+    from harness.lm_eval_plugin.documents import doc_input
+    from harness.lm_eval_plugin.model import HFMultimodalHeadsLM
+
+    save_tiny("qwen3_vl", tmp_path / "model", seed=3)
+    images = random_images(3, seed=4)
+    span = (PROMPT.index("cat"), PROMPT.index("cat") + 3)
+    request = types.SimpleNamespace(args=(PROMPT, {"max_gen_toks": 4}, {"visual": images}), task_name="vhs_single_n3",
+                                    doc={"prompt": PROMPT, "cattok_char_span": list(span)}, doc_id=7)
+    unlimited = HFMultimodalHeadsLM(pretrained=str(tmp_path / "model"), store=str(tmp_path / "store"), device="cpu",
+                                    image_budget=64)
+    length = unlimited._encode([doc_input(request)])[1][0].last + 1
+    for limit, fits in ((length + 3, False), (length + 4, True)):
+        lm = HFMultimodalHeadsLM(pretrained=str(tmp_path / "model"), store=str(tmp_path / f"store{limit}"),
+                                 device="cpu", image_budget=64, max_length=limit)
+        if fits:
+            assert len(lm.generate_until([request])) == 1
+        else:
+            with pytest.raises(UserInputError, match=rf"task vhs_single_n3 doc 7: the prompt is {length} tokens "
+                                                     rf"\(\+ 4 to generate\), over max_length={limit}"):
+                lm.generate_until([request])

@@ -126,11 +126,14 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             ``min_pixels = max_pixels = 448*448``); ``none`` keeps the processor's own setting.
         attn_implementation: the attention kernel the model runs on (``sdpa``, ``eager``,
             ``flash_attention_2``); the capture wraps it.
+        max_length: ``hf-multimodal``'s argument; here a limit only: a document whose prompt
+            (plus the tokens to generate) is longer is refused, never truncated.
 
     Raises:
         UserInputError: an unsupported architecture (before loading weights), an unknown pointer
             mode or readout position, a ranking or probe folder that does not fit the model, a
-            store written with other settings, or data parallelism without a store folder.
+            store written with other settings, or data parallelism without a store folder;
+            (when requests arrive) a prompt over ``max_length``.
     """
 
     def __init__(
@@ -212,9 +215,19 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             )
         return record
 
-    def _encode(self, docs: Sequence[DocInput]):
+    def _encode(self, docs: Sequence[DocInput], new_tokens: int = 0):
         requests = [CaptureRequest(doc.prompt, doc.images, doc.query_char_span) for doc in docs]
-        return encode_requests(self.processor, requests, image_token_id(self.model, resolve_adapter(self.model)))
+        image_token = image_token_id(self.model, resolve_adapter(self.model))
+        inputs, layouts = encode_requests(self.processor, requests, image_token)
+        if self._max_length:  # lm-eval's max_length, when given, is a limit: nothing is ever truncated
+            for doc, layout in zip(docs, layouts):
+                if layout.last + 1 + new_tokens > self._max_length:
+                    raise UserInputError(
+                        f"task {doc.task} doc {doc.doc_id}: the prompt is {layout.last + 1} tokens"
+                        + (f" (+ {new_tokens} to generate)" if new_tokens else "")
+                        + f", over max_length={self._max_length}; raise max_length or drop it (prompts are never cut)"
+                    )
+        return inputs, layouts
 
     def _tensors(self, capture) -> dict[str, torch.Tensor]:
         return {name: getattr(capture, name) for name in CAPTURED_FIELDS}
@@ -307,9 +320,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         groups = group_by_doc(requests)
         docs = {key: doc_input(requests[indices[0]]) for key, indices in groups.items()}
         eos = self.tok_decode(self.eot_token_id, skip_special_tokens=False)
-        settings = {
-            key: greedy_settings(requests[indices[0]].args[1], eos, self.max_gen_toks) for key, indices in groups.items()
-        }
+        settings = {key: greedy_settings(requests[i[0]].args[1], eos, self.max_gen_toks) for key, i in groups.items()}
         todo = []
         for key in groups:
             record = self._stored(docs[key])
@@ -330,7 +341,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         return results
 
     def _capture_and_generate(self, key: tuple[str, int], doc: DocInput, settings) -> None:
-        inputs, layouts = self._encode([doc])
+        inputs, layouts = self._encode([doc], settings.max_new_tokens)
         cache = transformers.DynamicCache(config=self.model.config)
         vocab = range(self.model.get_output_embeddings().out_features)
         (capture,) = capture_encoded(self.model, inputs, layouts, self.positions, self.pointer_mode, vocab, cache)

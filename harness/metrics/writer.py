@@ -336,8 +336,9 @@ def _prepare(target_embeds: torch.Tensor, split: _Split, image_ids, candidates, 
         is_target = torch.nn.functional.one_hot(train_part.target_index, train_part.mask.shape[1]).bool()
         negative_mask = (train_part.mask & ~is_target).to(device)
     return _TrainingData(
-        split, *pool_of(split.selection), *pool_of(split.report), target_embeds[torch.as_tensor(split.train)].to(device),
-        _id_codes(image_ids, split.train), train_candidates, negative_mask,
+        split, *pool_of(split.selection), *pool_of(split.report),
+        target_embeds[torch.as_tensor(split.train)].to(device), _id_codes(image_ids, split.train),
+        train_candidates, negative_mask,
     )
 
 
@@ -478,9 +479,8 @@ def fit_writer_probes(
         initial = WriterProbes.initialise(heads, n_layers, n_heads, head_dim, d_model, config.proj_dim, config.seed)
         results.append(_train_chunk(_ChunkTrainer(initial, config, device), head_output, heads, data, bar))
     bar.close()
-    probes = WriterProbes(
-        np.arange(n_total), n_layers, n_heads, *(torch.cat([r.probes.parameters()[i] for r in results]) for i in range(4))
-    )
+    weights = (torch.cat([r.probes.parameters()[i] for r in results]) for i in range(4))
+    probes = WriterProbes(np.arange(n_total), n_layers, n_heads, *weights)
     in_context = _in_context_r1(probes, head_output, candidates, data.split.report, device)
     fit = _writer_fit(results, data, probes, config, chunk, in_context)
     probes.info = {key: value for key, value in fit.to_json().items() if key not in ("selection_r1", "best_epoch")}
