@@ -5,9 +5,15 @@ an existing run). lm-eval reports only per-document reductions (``acc``, ``compl
 stage reads each evaluated document from the store once and computes (paper §4-5, App. C.4, H):
 
 - per task and per pooled group (`harness.constants.POOLED_GROUPS`, the paper's ICIR-MCQ over
-  both configs): pointer R@1 grids ``[P, L, H]`` (Eq. 2 on Eq. 1/3 scores) at every readout
-  position, the chance level mean(1/N), and the top-K majority vote (App. H voting A) with the
-  ``heads_ranking`` file or the unit's own ranking, K in `harness.constants.VOTE_KS`;
+  both configs): pointer R@1 grids ``[P, L, H]`` (Eq. 2) of both scores of the same prefill, the
+  exact one (Eq. 1) and the Eq. 3 proxy, at every readout position; the chance level mean(1/N);
+  the rank agreement of the two scores (Spearman, top-10 overlap); and the top-K majority vote
+  (App. H voting A) with the ``heads_ranking`` file or the unit's own ranking of the run's pointer
+  mode, K in `harness.constants.VOTE_KS`;
+- the paper's transfer protocol (§4.3, Tables 2 and 5): with a ``heads_ranking``, ``pointer_r1`` is
+  the R@1 of that ranking's top head on these documents, and the best head chosen on the
+  documents themselves is ``pointer_r1_oracle`` ("selected on the evaluation data"); without a
+  ranking, a unit that is no discovery set (VHs) reports only the oracle;
 - ICIR-MCQ writer probes, fit once per (group, readout position) on the ``train`` documents and
   scored on the pool of ``eval`` target images (§5.1, App. D); a task that belongs to a pooled
   group of the same run is not fit again;
@@ -36,7 +42,7 @@ from harness.constants import POOLED_GROUPS, VOTE_KS
 from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
 from harness.metrics.candidates import InContextCandidates
 from harness.metrics.pointer import pointer_r1, pointer_votes
-from harness.metrics.rankings import head_ranking
+from harness.metrics.rankings import head_ranking, spearman, top_k_overlap
 from harness.metrics.vote import vote_r1_curve
 from harness.metrics.writer import WriterFit, WriterProbeConfig, fit_writer_probes
 from icir_common import UserInputError, flat_head_name
@@ -57,6 +63,8 @@ class RunSpec:
         heads_ranking: ranking file whose top-K heads vote (VHs, §4.3), or None.
         writer_probes: probe folder to score in context (VHs, App. H voting B), or None.
         writer_config: settings of the writer probes fit in this run (App. D).
+        pointer_mode: the run's ``pointer_mode`` (``exact``, ``proxy``, ``proxy_causal``): which
+            score's ranking votes.
     """
 
     store: Path
@@ -64,6 +72,7 @@ class RunSpec:
     heads_ranking: str | None = None
     writer_probes: str | None = None
     writer_config: WriterProbeConfig = WriterProbeConfig()
+    pointer_mode: str = "exact"
 
 
 @dataclass
@@ -73,7 +82,8 @@ class TaskDocs:
     Attributes:
         task: task name; doc_ids: int64 ``[S]``.
         records: the store's JSON record per document.
-        pointer: per document float32 ``[P, L, H, N]`` pointer scores.
+        pointer, pointer_eq3: per document float32 ``[P, L, H, N]`` pointer scores, exact (Eq. 1)
+            and Eq. 3 proxy.
         head_output: float32 ``[S, P, L, H, d_h]`` or None when no writer metric needs it.
         image_embeds: per document float32 ``[N, d_model]``, or None likewise.
     """
@@ -82,6 +92,7 @@ class TaskDocs:
     doc_ids: np.ndarray
     records: list[dict]
     pointer: list[torch.Tensor]
+    pointer_eq3: list[torch.Tensor]
     head_output: torch.Tensor | None
     image_embeds: list[torch.Tensor] | None
 
@@ -114,7 +125,7 @@ def load_task_docs(store: ActivationStore, task: str, n_docs: int, with_head_out
     Raises:
         UserInputError: a document missing from the store (named by `ActivationStore.load`).
     """
-    fields = ["pointer"] + (["head_output", "image_embeds"] if with_head_outputs else [])
+    fields = ["pointer", "pointer_eq3"] + (["head_output", "image_embeds"] if with_head_outputs else [])
     docs = store.load(task, range(n_docs), fields)
     head_output = None
     if with_head_outputs:
@@ -126,9 +137,13 @@ def load_task_docs(store: ActivationStore, task: str, n_docs: int, with_head_out
         doc_ids=np.arange(n_docs, dtype=np.int64),
         records=[doc.record for doc in docs],
         pointer=[doc.tensors["pointer"] for doc in docs],
+        pointer_eq3=[doc.tensors["pointer_eq3"] for doc in docs],
         head_output=head_output,
         image_embeds=[doc.tensors["image_embeds"] for doc in docs] if with_head_outputs else None,
     )
+
+
+SCORES = ("exact", "eq3")  # Eq. 1 (the model's attention) and the Eq. 3 proxy, from one prefill
 
 
 @dataclass
@@ -137,12 +152,16 @@ class HeadAnalysis:
 
     Attributes:
         name: task or group name; tasks: the task names pooled (one for a task).
-        parts: the `TaskDocs` of the unit (only the rows with a target image).
         positions: readout position names; the table reports ``positions[0]``.
-        pointer_r1: float64 ``[P, L, H]`` per-head pointer R@1 at each position.
+        grids: ``{"exact": [P, L, H], "eq3": [P, L, H]}`` float64 per-head pointer R@1 of each score.
+        primary: the score the run ranks by (``exact`` or ``eq3``, from its pointer mode): it
+            feeds the vote and the per-document picks.
         chance: mean over documents of 1/N.
-        votes: int64 ``[S, L, H]`` the image each head points to at ``positions[0]``.
+        head_votes: ``{score: int64 [S, L, H]}`` the image each head points to at ``positions[0]``.
         targets: int64 ``[S]`` target image per row.
+        discovery: whether the unit is a discovery set (ICIR-MCQ, whose own best head is its
+            ``pointer_r1``, Table 1); else a transfer set (VHs).
+        transferred: the ``heads_ranking`` file whose top head gives ``pointer_r1``, or None.
         vote_ranking: flat head indices, best first, whose top-K vote; vote_ranking_source says
             whose ranking it is.
         vote_r1: ``{K: R@1}`` of the pointer-ranking majority vote, K in `VOTE_KS`.
@@ -156,10 +175,13 @@ class HeadAnalysis:
     name: str
     tasks: list[str]
     positions: tuple[str, ...]
-    pointer_r1: np.ndarray
+    grids: dict[str, np.ndarray]
+    primary: str
     chance: float
-    votes: np.ndarray
+    head_votes: dict[str, np.ndarray]
     targets: np.ndarray
+    discovery: bool
+    transferred: str | None
     vote_ranking: np.ndarray
     vote_ranking_source: str
     vote_r1: dict[int, float]
@@ -175,24 +197,40 @@ class HeadAnalysis:
         return int(self.targets.size)
 
     @property
+    def votes(self) -> np.ndarray:
+        """int64 ``[S, L, H]`` picks of the primary score (what the vote and the records use)."""
+        return self.head_votes[self.primary]
+
+    @property
     def table_grid(self) -> np.ndarray:
-        """Pointer R@1 ``[L, H]`` at the reported readout position."""
-        return self.pointer_r1[0]
+        """Primary pointer R@1 ``[L, H]`` at the reported readout position."""
+        return self.grids[self.primary][0]
+
+    def best(self, score: str = "exact") -> float:
+        """R@1 of the best head of `score` on these documents (Table 1 on ICIR-MCQ; the oracle on VHs)."""
+        return float(self.grids[score][0].max())
+
+    def top_head(self, score: str = "exact") -> int:
+        """Flat index ``l*H + h`` of the best head of `score` (ties: smaller index)."""
+        return int(head_ranking(self.grids[score][0])[0])
+
+    def median(self, score: str = "exact") -> float:
+        """Median pointer R@1 of `score` over all heads (§4.2: near chance)."""
+        return float(np.median(self.grids[score][0]))
+
+    def reported(self, score: str = "exact") -> float | None:
+        """The table's ``pointer_r1``: the transferred ranking's top head, the best head of a
+        discovery set, or None (a transfer set without a ranking: only the oracle exists)."""
+        if self.transferred is not None:
+            return float(self.grids[score][0].ravel()[int(self.vote_ranking[0])])
+        return self.best(score) if self.discovery else None
 
     @property
-    def pointer_best(self) -> float:
-        """R@1 of the best pointer head (Table 1)."""
-        return float(self.table_grid.max())
-
-    @property
-    def pointer_top_head(self) -> int:
-        """Flat index ``l*H + h`` of the best pointer head (ties: smaller index)."""
-        return int(head_ranking(self.table_grid)[0])
-
-    @property
-    def pointer_median(self) -> float:
-        """Median pointer R@1 over all heads (§4.2: near chance)."""
-        return float(np.median(self.table_grid))
+    def score_agreement(self) -> dict[str, float]:
+        """Spearman correlation of the exact and Eq. 3 grids, and their top-10 overlap (fraction)."""
+        exact, eq3 = self.grids["exact"][0], self.grids["eq3"][0]
+        k = min(10, exact.size)
+        return {"spearman": spearman(exact, eq3), "top10_overlap": top_k_overlap(exact, eq3, k)}
 
     @property
     def writer_best(self) -> float:
@@ -212,28 +250,38 @@ def _probe_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _pointer_analysis(name: str, parts: Sequence[TaskDocs], positions: tuple[str, ...],
-                      ranking_file: str | None) -> HeadAnalysis:
-    """Pointer grids, chance, votes and the vote curve of the rows of `parts` with a target."""
-    pointers = [p for part in parts for p, t in zip(part.pointer, part.targets) if t >= 0]
-    targets = np.concatenate([part.targets[part.targets >= 0] for part in parts])
-    if not pointers:
-        raise UserInputError(f"{name}: no document with a single target image to score heads on")
+def _grids(pointers: Sequence[torch.Tensor], targets: np.ndarray, n_positions: int) -> tuple[np.ndarray, float]:
     grids = []
-    for index in range(len(positions)):
+    for index in range(n_positions):
         grid, chance = pointer_r1(pointers, targets, position=index)
         grids.append(grid)
-    grid = np.stack(grids)
-    n_layers, n_heads = grid.shape[1:]
+    return np.stack(grids), chance
+
+
+def _pointer_analysis(name: str, parts: Sequence[TaskDocs], positions: tuple[str, ...],
+                      ranking_file: str | None, primary: str) -> HeadAnalysis:
+    """Both scores' grids, chance, votes and the vote curve of the rows of `parts` with a target."""
+    scores = {
+        score: [p for part in parts for p, t in zip(getattr(part, field), part.targets) if t >= 0]
+        for score, field in zip(SCORES, ("pointer", "pointer_eq3"))
+    }
+    targets = np.concatenate([part.targets[part.targets >= 0] for part in parts])
+    if not scores["exact"]:
+        raise UserInputError(f"{name}: no document with a single target image to score heads on")
+    grids, chance = {}, 0.0
+    for score, pointers in scores.items():
+        grids[score], chance = _grids(pointers, targets, len(positions))
+    n_layers, n_heads = grids["exact"].shape[1:]
     if ranking_file:
         ranking, source = load_head_ranking(ranking_file, n_layers, n_heads), ranking_file
     else:
-        ranking, source = head_ranking(grid[0]), f"this run's pointer ranking at {positions[0]}"
-    votes = pointer_votes(pointers, 0)
+        ranking, source = head_ranking(grids[primary][0]), f"this run's {primary} pointer ranking at {positions[0]}"
+    head_votes = {score: pointer_votes(pointers, 0) for score, pointers in scores.items()}
+    discovery = any(s for part in parts for s in part.splits)
     return HeadAnalysis(
-        name=name, tasks=[part.task for part in parts], positions=positions, pointer_r1=grid, chance=chance,
-        votes=votes, targets=targets, vote_ranking=ranking, vote_ranking_source=source,
-        vote_r1=vote_curve(votes, targets, ranking),
+        name=name, tasks=[part.task for part in parts], positions=positions, grids=grids, primary=primary,
+        chance=chance, head_votes=head_votes, targets=targets, discovery=discovery, transferred=ranking_file,
+        vote_ranking=ranking, vote_ranking_source=source, vote_r1=vote_curve(head_votes[primary], targets, ranking),
     )
 
 
@@ -267,7 +315,7 @@ def _fit_writer(analysis: HeadAnalysis, parts: Sequence[TaskDocs], config: Write
 
 def _score_writer(analysis: HeadAnalysis, parts: Sequence[TaskDocs], probes_dir: str) -> None:
     """In-context writer R@1 and the writer-ranking vote under given probes (App. H voting B)."""
-    n_layers, n_heads = analysis.pointer_r1.shape[1:]
+    n_layers, n_heads = analysis.table_grid.shape
     probes, ranking = load_writer_probes(probes_dir, n_layers, n_heads)
     keep = [part.targets >= 0 for part in parts]
     head_output = torch.cat([part.head_output[mask][:, 0] for part, mask in zip(parts, keep)])
@@ -351,7 +399,13 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
         unit_parts = [parts[t] for t in members]
         if not any((part.targets >= 0).any() for part in unit_parts):
             continue
-        analysis = _pointer_analysis(name, unit_parts, positions, spec.heads_ranking)
+        primary = "exact" if spec.pointer_mode == "exact" else "eq3"
+        analysis = _pointer_analysis(name, unit_parts, positions, spec.heads_ranking, primary)
+        if analysis.reported() is None:
+            analysis.notes.append(
+                "only pointer_r1_oracle is available: its best head is selected on the evaluation data itself; "
+                "pass heads_ranking=<an ICIR-MCQ run's pointer_ranking.json> for the paper's pointer_r1 (§4.3)"
+            )
         if name in fitting and any(s for part in unit_parts for s in part.splits):
             _fit_writer(analysis, unit_parts, spec.writer_config)
         elif spec.writer_probes:

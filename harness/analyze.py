@@ -18,8 +18,8 @@ from typing import Any
 
 from harness.activation_store import SETTINGS_FILE
 from harness.analysis import HeadAnalysis, RunAnalysis, RunSpec, analyse_run
-from harness.artifacts import summary, write_artifacts
-from harness.constants import VOTE_METRICS, WRITER_METRICS, WRITER_VOTE_METRICS
+from harness.artifacts import pointer_values, summary, write_artifacts
+from harness.constants import POINTER_METRICS, VOTE_METRICS, WRITER_METRICS, WRITER_VOTE_METRICS
 from icir_common import UserInputError
 
 
@@ -42,16 +42,14 @@ def run_spec(results: dict, model_args: dict[str, Any]) -> RunSpec:
         for task, counts in sorted(results.get("n-samples", {}).items())
         if (shards / task).is_dir()
     }
-    return RunSpec(Path(store), tasks, model_args.get("heads_ranking"), model_args.get("writer_probes"))
+    return RunSpec(Path(store), tasks, model_args.get("heads_ranking"), model_args.get("writer_probes"),
+                   pointer_mode=model_args.get("pointer_mode", "exact"))
 
 
 def _table_values(analysis: HeadAnalysis) -> dict[str, float | int]:
-    values: dict[str, float | int] = {
-        "pointer_r1": analysis.pointer_best,
-        "pointer_top_head": analysis.pointer_top_head,
-        "pointer_r1_median": analysis.pointer_median,
-        "chance_r1": analysis.chance,
-    }
+    """The unit's metrics for lm-eval's table: `POINTER_METRICS` that are defined, votes, writer."""
+    pointer = pointer_values(analysis)
+    values: dict[str, float | int] = {m: pointer[m] for m in POINTER_METRICS if pointer[m] is not None}
     values.update({metric: analysis.vote_r1[int(metric.split("@")[1])] for metric in VOTE_METRICS})
     if analysis.writer_r1 is not None:
         values["writer_r1"] = analysis.writer_best
@@ -60,10 +58,10 @@ def _table_values(analysis: HeadAnalysis) -> dict[str, float | int]:
     return values
 
 
+# lm-eval's table marks a metric with an arrow when higher is better; indices and chance get none.
 HIGHER_IS_BETTER = {
-    **dict.fromkeys(("pointer_r1", "pointer_r1_median", *WRITER_METRICS, *VOTE_METRICS, *WRITER_VOTE_METRICS), True),
-    "pointer_top_head": None,
-    "chance_r1": None,
+    **dict.fromkeys(POINTER_METRICS + WRITER_METRICS + VOTE_METRICS + WRITER_VOTE_METRICS, True),
+    **dict.fromkeys(("pointer_top_head", "pointer_top_head_eq3", "chance_r1"), None),
 }
 
 
@@ -123,13 +121,21 @@ def format_summaries(summaries: dict[str, dict], artifacts_dir: str | Path | Non
     """Human-readable head summary printed after lm-eval's table ("" without head metrics)."""
     if not summaries:
         return ""
-    lines = ["", "Head metrics (readout position, best / median pointer head, chance, top-5 heads):"]
+    lines = ["", "Head metrics (readout position; pointer_r1 exact and Eq. 3, median, chance; top-5 exact heads):"]
     for name, s in summaries.items():
         top = ", ".join(f"{head} {r1:.3f}" for head, r1 in s["top_pointer_heads"][:5])
         writer = "" if s["writer_r1"] is None or math.isnan(s["writer_r1"]) else f"  writer_r1 {s['writer_r1']:.3f}"
+        if s["pointer_r1"] is None:
+            pointer = (f"pointer_r1_oracle {s['pointer_r1_oracle']:.3f} ({s['pointer_oracle_head']}, "
+                       f"selected on the evaluation data)")
+        else:
+            pointer = (f"pointer_r1 {s['pointer_r1']:.3f} ({s['pointer_top_head']}) "
+                       f"eq3 {s['pointer_r1_eq3']:.3f} ({s['pointer_top_head_eq3']})")
+            if s["pointer_r1_oracle"] is not None:
+                pointer += f"  oracle {s['pointer_r1_oracle']:.3f} ({s['pointer_oracle_head']})"
         lines.append(
-            f"  {name:<16} {s['position']:<6} pointer_r1 {s['pointer_r1']:.3f} ({s['pointer_top_head']})  "
-            f"median {s['pointer_r1_median']:.3f}  chance {s['chance_r1']:.3f}{writer}  top: {top}"
+            f"  {name:<16} {s['position']:<6} {pointer}  median {s['pointer_r1_median']:.3f}  "
+            f"chance {s['chance_r1']:.3f}{writer}  exact~eq3 spearman {s['pointer_rank_spearman']:.2f}  top: {top}"
         )
         lines.extend(f"    note: {note}" for note in s["notes"])
     if artifacts_dir is not None:

@@ -4,9 +4,10 @@ One folder per task (and per pooled group); data in JSON and safetensors only (n
 PNG figures of the same numbers (`harness.plots`)::
 
     summary.json             table metrics, top pointer/writer heads (LxxHyy, R@1), sources, notes
-    pointer_r1.json          {position: {LxxHyy: R@1}} for every readout position, chance
+    pointer_r1.json          {position: {LxxHyy: R@1}} for every readout position, chance (Eq. 1)
     pointer_r1.safetensors   "pointer_r1" [P, L, H] float64 (metadata: positions)
     pointer_ranking.json     the ranking at the reported position (`rankings_io`); heads_ranking=FILE
+    pointer_r1_eq3.*, pointer_eq3_ranking.json, pointer_r1_eq3_grid.png: the same for the Eq. 3 proxy
     vote_r1.json             {"pointer": {K: R@1}, "writer": {K: R@1} | null}, ranking sources
     writer_r1.json           writer R@1 grid and fit details (ICIR-MCQ) or in-context grid (VHs)
     writer_r1.safetensors    "writer_r1" [L, H] float64
@@ -16,7 +17,8 @@ PNG figures of the same numbers (`harness.plots`)::
     documents.jsonl          per document (tasks only): doc_id, answer, correct, target_image,
                              pointer_head, pointer_pick, pointer_hit (`analysis.document_records`)
     head_records.safetensors per-document head records (tasks only): "pointer_image" [docs, L, H]
-                             int16, the image each head points to at the reported position;
+                             int16, the image each head points to at the reported position
+                             (exact), "pointer_image_eq3" (Eq. 3);
                              "target_image" [docs] int16; "doc_id" [docs] int64
     pointer_r1_grid.png      layer x head pointer R@1 heatmap at the reported position (Figure 4)
     vote_r1.png              vote R@1 over K, pointer and (VHs with probes) writer ranking (Figure 6)
@@ -58,26 +60,52 @@ def _save_arrays(path: Path, name: str, array: np.ndarray, metadata: dict[str, s
     _save_tensors(path, {name: np.asarray(array, dtype=np.float64)}, metadata)
 
 
+def pointer_values(analysis: HeadAnalysis) -> dict[str, float | int | None]:
+    """The pointer metrics of one unit, by `harness.constants.POINTER_METRICS` name (None: not defined).
+
+    ``pointer_r1`` / ``pointer_top_head``: the transferred ranking's top head, else the best head of
+    a discovery set (Table 1), else None. ``pointer_r1_oracle``: the best head chosen on these
+    documents, reported for transfer sets and transferred rankings.
+    """
+    n_heads = analysis.table_grid.shape[1]
+    values: dict[str, float | int | None] = {"chance_r1": analysis.chance}
+    for score, suffix in (("exact", ""), ("eq3", "_eq3")):
+        reported = analysis.reported(score)
+        top = int(analysis.vote_ranking[0]) if analysis.transferred else analysis.top_head(score)
+        values[f"pointer_r1{suffix}"] = reported
+        values[f"pointer_top_head{suffix}"] = None if reported is None else top
+        values[f"pointer_r1_median{suffix}"] = analysis.median(score)
+        oracle = analysis.transferred is not None or not analysis.discovery
+        values[f"pointer_r1_oracle{suffix}"] = analysis.best(score) if oracle else None
+        values[f"pointer_oracle_head{suffix}"] = flat_head_name(analysis.top_head(score), n_heads) if oracle else None
+    agreement = analysis.score_agreement
+    values["pointer_rank_spearman"] = agreement["spearman"]
+    values["pointer_top10_overlap"] = agreement["top10_overlap"]
+    return values
+
+
 def summary(analysis: HeadAnalysis, name: str) -> dict:
     """The JSON summary of one analysis (``summary.json``; also what the CLI prints)."""
-    grid = analysis.table_grid
-    top = analysis.pointer_top_head
+    values = pointer_values(analysis)
+    n_heads = analysis.table_grid.shape[1]
+    heads = {key: None if values[key] is None else flat_head_name(values[key], n_heads)
+             for key in ("pointer_top_head", "pointer_top_head_eq3")}
     return {
         "name": name,
         "tasks": analysis.tasks,
         "n_docs": analysis.n_docs,
         "position": analysis.positions[0],
-        "pointer_r1": analysis.pointer_best,
-        "pointer_top_head": flat_head_name(top, grid.shape[1]),
-        "pointer_top_head_index": top,
-        "pointer_r1_median": analysis.pointer_median,
-        "chance_r1": analysis.chance,
+        "pointer_mode": analysis.primary,
+        **values,
+        **heads,
+        "pointer_top_head_index": values["pointer_top_head"],
         "writer_r1": None if analysis.writer_r1 is None else analysis.writer_best,
         "vote_r1": {str(k): v for k, v in analysis.vote_r1.items()},
         "writer_vote_r1": None
         if analysis.writer_vote_r1 is None
         else {str(k): v for k, v in analysis.writer_vote_r1.items()},
-        "top_pointer_heads": _top_list(grid),
+        "top_pointer_heads": _top_list(analysis.grids["exact"][0]),
+        "top_pointer_heads_eq3": _top_list(analysis.grids["eq3"][0]),
         "top_writer_heads": None if analysis.writer_r1 is None else _top_list(analysis.writer_r1),
         "vote_ranking": analysis.vote_ranking_source,
         "writer_ranking": analysis.writer_ranking_source,
@@ -98,13 +126,15 @@ def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str, documents: 
     folder.mkdir(parents=True, exist_ok=True)
     positions = list(analysis.positions)
     write_json(folder / "summary.json", summary(analysis, name))
-    write_json(
-        folder / "pointer_r1.json",
-        {"chance": analysis.chance, "grids": {p: grid_by_name(g) for p, g in zip(positions, analysis.pointer_r1)}},
-    )
-    metadata = {"positions": ",".join(positions)}
-    _save_arrays(folder / "pointer_r1.safetensors", "pointer_r1", analysis.pointer_r1, metadata)
-    write_json(folder / "pointer_ranking.json", ranking_document(analysis.table_grid, "pointer", positions[0]))
+    for score, suffix in (("exact", ""), ("eq3", "_eq3")):
+        grids = analysis.grids[score]
+        write_json(
+            folder / f"pointer_r1{suffix}.json",
+            {"chance": analysis.chance, "grids": {p: grid_by_name(g) for p, g in zip(positions, grids)}},
+        )
+        metadata = {"positions": ",".join(positions)}
+        _save_arrays(folder / f"pointer_r1{suffix}.safetensors", "pointer_r1", grids, metadata)
+        write_json(folder / f"pointer{suffix}_ranking.json", ranking_document(grids[0], "pointer", positions[0]))
     write_json(
         folder / "vote_r1.json",
         {
@@ -145,7 +175,8 @@ def _write_documents(analysis: HeadAnalysis, documents: list[dict], folder: Path
         tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in documents))
     doc_ids = [row["doc_id"] for row in documents if row["target_image"] is not None]
     tensors = {
-        "pointer_image": analysis.votes.astype(np.int16),
+        "pointer_image": analysis.head_votes["exact"].astype(np.int16),
+        "pointer_image_eq3": analysis.head_votes["eq3"].astype(np.int16),
         "target_image": analysis.targets.astype(np.int16),
         "doc_id": np.array(doc_ids, dtype=np.int64),
     }
@@ -155,7 +186,9 @@ def _write_documents(analysis: HeadAnalysis, documents: list[dict], folder: Path
 def _write_plots(analysis: HeadAnalysis, folder: Path, name: str) -> None:
     """The PNG figures of the module docstring (writer figures only when writer R@1 exists)."""
     at = f"R@1 at {analysis.positions[0]}"
-    plot_head_grid(analysis.table_grid, folder / "pointer_r1_grid.png", f"{name}: pointer {at}", analysis.chance)
+    plot_head_grid(analysis.grids["exact"][0], folder / "pointer_r1_grid.png", f"{name}: pointer {at}", analysis.chance)
+    plot_head_grid(analysis.grids["eq3"][0], folder / "pointer_r1_eq3_grid.png", f"{name}: Eq. 3 pointer {at}",
+                   analysis.chance)
     curves = {"pointer ranking": analysis.vote_r1}
     if analysis.writer_vote_r1 is not None:
         curves["writer ranking"] = analysis.writer_vote_r1

@@ -35,7 +35,11 @@ VOTE_KS: tuple[int, ...] = (1, 3, 5, 10, 20, 30)
 READOUT_POSITIONS: tuple[str, ...] = ("cattok", "+1", "+2", "+3", "+4", "mid", "last")
 
 # Head metrics the analysis stage adds to lm-eval's results (key ``<metric>,none``).
-POINTER_METRICS: tuple[str, ...] = ("pointer_r1", "pointer_top_head", "pointer_r1_median", "chance_r1")
+POINTER_METRICS: tuple[str, ...] = (
+    "pointer_r1", "pointer_r1_eq3", "pointer_top_head", "pointer_top_head_eq3", "pointer_r1_median",
+    "pointer_r1_median_eq3", "pointer_r1_oracle", "pointer_r1_oracle_eq3", "chance_r1", "pointer_rank_spearman",
+    "pointer_top10_overlap",
+)
 WRITER_METRICS: tuple[str, ...] = ("writer_r1",)
 VOTE_METRICS: tuple[str, ...] = tuple(f"vote_r1@{k}" for k in VOTE_KS)
 WRITER_VOTE_METRICS: tuple[str, ...] = tuple(f"writer_vote_r1@{k}" for k in VOTE_KS)

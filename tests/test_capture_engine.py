@@ -148,7 +148,7 @@ def test_proxy_pointer_equals_hand_softmax_of_projections(arch_setup, mode):
     watched = {f"{w}{l}": (getattr(m, f"{w}_proj"), "out") for l, m in enumerate(modules) for w in "qk"}
     seen, _ = _hooked_forward(model, inputs, watched)
     d_h, heads = capture.head_dim, capture.n_heads
-    expected = torch.zeros_like(capture.pointer)
+    expected = torch.zeros_like(capture.pointer_eq3)
     for layer in range(capture.n_layers):
         queries, keys = seen[f"q{layer}"][0][0], seen[f"k{layer}"][0][0]
         group = heads // (keys.shape[-1] // d_h)
@@ -160,7 +160,11 @@ def test_proxy_pointer_equals_hand_softmax_of_projections(arch_setup, mode):
                 weights = torch.softmax(visible @ q[p] / math.sqrt(d_h), dim=0)
                 for index, (start, end) in enumerate(capture.image_spans):
                     expected[p_index, layer, head, index] = weights[start:end].sum()
-    torch.testing.assert_close(capture.pointer, expected, atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(capture.pointer_eq3, expected, atol=TOLERANCE, rtol=0)
+    # The same prefill also gave the exact score (Eq. 1), whatever the mode ranks by.
+    exact = capture_heads(model, processor, PROMPT, images, QUERY, positions=POSITIONS)
+    torch.testing.assert_close(capture.pointer, exact.pointer, atol=TOLERANCE, rtol=0)
+    assert not torch.allclose(capture.pointer, capture.pointer_eq3)  # two different scores
 
 
 def test_batched_capture_equals_one_at_a_time(arch_setup):
@@ -184,5 +188,5 @@ def test_batched_capture_equals_one_at_a_time(arch_setup):
             )
             assert together.image_spans == alone.image_spans
             assert together.readout_indices == alone.readout_indices
-            for field in ("pointer", "head_output", "image_embeds", "answer_logits"):
+            for field in ("pointer", "pointer_eq3", "head_output", "image_embeds", "answer_logits"):
                 torch.testing.assert_close(getattr(together, field), getattr(alone, field), atol=TOLERANCE, rtol=0)

@@ -141,3 +141,23 @@ def test_max_length_refuses_a_prompt_that_does_not_fit(tmp_path):
             with pytest.raises(UserInputError, match=rf"task vhs_single_n3 doc 7: the prompt is {length} tokens "
                                                      rf"\(\+ 4 to generate\), over max_length={limit}"):
                 lm.generate_until([request])
+
+
+def test_a_document_that_cannot_be_mapped_is_named(tmp_path):
+    """A span error names the task and document, also inside a batch of several documents."""
+    from harness.lm_eval_plugin.model import HFMultimodalHeadsLM
+
+    save_tiny("qwen3_vl", tmp_path / "model", seed=3)
+    lm = HFMultimodalHeadsLM(pretrained=str(tmp_path / "model"), store=str(tmp_path / "store"), device="cpu",
+                             image_budget=64, batch_size=2)
+    images = random_images(3, seed=4)
+    span = [PROMPT.index("cat"), PROMPT.index("cat") + 3]
+
+    def request(doc_id, prompt):
+        doc = {"prompt": prompt, "cattok_char_span": span}
+        return types.SimpleNamespace(args=(prompt, "A", {"visual": images}), doc=doc, task_name="icir_mcq_n5",
+                                     doc_id=doc_id)
+
+    broken = PROMPT.replace("<image>", "", 1)  # two placeholders for three images
+    with pytest.raises(UserInputError, match=r"^task icir_mcq_n5 doc 5 \(.*model\): the prompt holds 2 <image>"):
+        lm.loglikelihood([request(4, PROMPT), request(5, broken)])

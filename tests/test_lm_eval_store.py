@@ -10,7 +10,7 @@ import torch
 from harness.activation_store import ActivationStore
 from icir_common import UserInputError
 
-SETTINGS = {"model": "tiny", "readout": ["cattok"], "pointer_mode": "exact"}
+SETTINGS = {"model": "tiny", "readout": ["cattok"], "eq3": "proxy"}
 
 
 def _tensors(seed: int) -> dict[str, torch.Tensor]:
@@ -78,8 +78,8 @@ def test_a_half_written_shard_is_ignored(tmp_path):
 
 def test_other_settings_are_refused(tmp_path):
     ActivationStore(tmp_path, SETTINGS)
-    with pytest.raises(UserInputError, match=r"other capture settings \(differing: pointer_mode\)"):
-        ActivationStore(tmp_path, {**SETTINGS, "pointer_mode": "proxy"})
+    with pytest.raises(UserInputError, match=r"other capture settings \(differing: eq3\)"):
+        ActivationStore(tmp_path, {**SETTINGS, "eq3": "proxy_causal"})
     assert json.loads((tmp_path / "capture_settings.json").read_text()) == SETTINGS
 
 

@@ -93,10 +93,13 @@ def _analysis(writer: bool) -> HeadAnalysis:
         name="toy",
         tasks=["toy"],
         positions=("cattok", "last"),
-        pointer_r1=grid,
+        grids={"exact": grid, "eq3": rng.random((2, 3, 4))},
+        primary="exact",
         chance=0.2,
-        votes=rng.integers(0, 5, (8, 3, 4)),
+        head_votes={"exact": rng.integers(0, 5, (8, 3, 4)), "eq3": rng.integers(0, 5, (8, 3, 4))},
         targets=rng.integers(0, 5, 8),
+        discovery=True,
+        transferred=None,
         vote_ranking=np.arange(12),
         vote_ranking_source="test",
         vote_r1={1: 0.5, 3: 0.6},
@@ -110,7 +113,7 @@ def _analysis(writer: bool) -> HeadAnalysis:
 def test_write_artifacts_adds_the_figures(tmp_path, writer):
     analysis = _analysis(writer)
     write_artifacts(analysis, tmp_path, "toy")
-    expected = {"pointer_r1_grid.png", "vote_r1.png"} | (
+    expected = {"pointer_r1_grid.png", "pointer_r1_eq3_grid.png", "vote_r1.png"} | (
         {"writer_r1_grid.png", "pointer_vs_writer.png"} if writer else set()
     )
     assert {p.name for p in tmp_path.glob("*.png")} == expected

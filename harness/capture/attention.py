@@ -213,7 +213,7 @@ def routed_attention(
     if base not in SUPPORTED_KERNELS:
         raise UserInputError(
             f"exact capture reads the attention kernels {', '.join(SUPPORTED_KERNELS)}, not {base!r}; load the "
-            f"model with attn_implementation='sdpa' (or use mode 'proxy')"
+            f"model with attn_implementation='sdpa'"
         )
     _ROW_CALLBACKS.update(dict(callbacks))
     try:

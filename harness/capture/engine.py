@@ -8,9 +8,11 @@ readout position p (paper §3.1, §4.1, §5, App. A, App. G):
 - each image's mean projected visual token in the language model's input space (§5.1);
 - the next-token logits of the answer tokens at the last prefill position.
 
-Modes of the pointer: ``exact`` (default) reads the attention the model computes, through the
-`attention.routed_attention` wrapper; ``proxy`` is Eq. 3 read literally (direct q_proj/k_proj
-outputs, softmax over all prefill positions); ``proxy_causal`` the same restricted to j <= p.
+Both pointer scores come from the same prefill: ``pointer`` (Eq. 1) reads the attention the model
+computes, through the `attention.routed_attention` wrapper; ``pointer_eq3`` is the paper's Eq. 3
+proxy read literally from the direct q_proj/k_proj outputs (softmax over all prefill positions),
+or, in mode ``proxy_causal``, the same restricted to j <= p. The mode (``exact``, ``proxy`` or
+``proxy_causal``) names the score a run ranks heads by; both are always recorded.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ class HeadCapture:
 
     Attributes:
         pointer: [P, L, H, N] attention mass of head (l, h) at readout position p on image i's
-            token span (Eq. 1 in mode ``exact``, Eq. 3 in the proxy modes).
+            token span (Eq. 1: the model's own attention rows).
+        pointer_eq3: [P, L, H, N] the same mass under the Eq. 3 proxy (causal in mode
+            ``proxy_causal``).
         head_output: [P, L, H, d_h] value-weighted head output entering o_proj (Eq. 4).
         image_embeds: [N, d_model] mean of each image's projected visual tokens at the input of
             the first decoder layer (§5.1; Qwen3-VL DeepStack features excluded).
@@ -62,6 +66,7 @@ class HeadCapture:
     """
 
     pointer: torch.Tensor
+    pointer_eq3: torch.Tensor
     head_output: torch.Tensor
     image_embeds: torch.Tensor
     answer_logits: torch.Tensor | None
@@ -104,12 +109,14 @@ class _Recorder:
         batch, points = rows.shape
         shape = (batch, points, len(self.modules), self.heads)
         self.pointer = torch.zeros(*shape, span_weights.shape[-1], device=rows.device)
+        self.pointer_eq3 = torch.zeros_like(self.pointer)
         self.head_output = torch.zeros(*shape, self.head_dim, device=rows.device)
         self.image_embeds: torch.Tensor | None = None
         self._projections: dict[int, dict[str, torch.Tensor]] = {}
 
-    def _store_pointer(self, layer: int, probs: torch.Tensor) -> None:
-        self.pointer[:, :, layer] = torch.einsum("bhps,bsn->bphn", probs, self.span_weights)
+    def _span_mass(self, probs: torch.Tensor) -> torch.Tensor:
+        """[B, H, P, S] attention rows -> [B, P, H, N] mass on each image span."""
+        return torch.einsum("bhps,bsn->bphn", probs, self.span_weights)
 
     def _read_image_embeds(self, _module, args, kwargs):
         hidden = args[0] if args else kwargs["hidden_states"]
@@ -132,7 +139,7 @@ class _Recorder:
             sliding_window=kwargs.get("sliding_window", getattr(module, "sliding_window", None)),
             softcap=kwargs.get("softcap"),
         )
-        self._store_pointer(module.layer_idx, probs)
+        self.pointer[:, :, module.layer_idx] = self._span_mass(probs)
 
     def _read_projection(self, layer: int, which: str, _module, _args, output):
         parts = self._projections.setdefault(layer, {})
@@ -142,11 +149,11 @@ class _Recorder:
             del self._projections[layer]
             query_rows = _rows_of(parts["q_proj"], self.rows)
             probs = proxy_rows(query_rows, parts["k_proj"], self.padding, self.rows, self.mode == "proxy_causal")
-            self._store_pointer(layer, probs)
+            self.pointer_eq3[:, :, layer] = self._span_mass(probs)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
-        """Install every hook (and, in mode ``exact``, the attention routing); remove all on exit."""
+        """Install every hook and the attention routing; remove all on exit (also on error)."""
         handles = [
             decoder_layers(self.model, self.adapter)[0].register_forward_pre_hook(
                 self._read_image_embeds, with_kwargs=True
@@ -156,15 +163,11 @@ class _Recorder:
             for layer, module in enumerate(self.modules):
                 o_proj = projection(module, self.adapter, "o_proj")
                 handles.append(o_proj.register_forward_pre_hook(functools.partial(self._read_head_output, layer)))
-                if self.mode != "exact":
-                    for which in ("q_proj", "k_proj"):
-                        hook = functools.partial(self._read_projection, layer, which)
-                        handles.append(projection(module, self.adapter, which).register_forward_hook(hook))
-            if self.mode == "exact":
-                callbacks = [(module, self._read_attention) for module in self.modules]
-                with routed_attention(language_model(self.model, self.adapter), callbacks):
-                    yield
-            else:
+                for which in ("q_proj", "k_proj"):
+                    hook = functools.partial(self._read_projection, layer, which)
+                    handles.append(projection(module, self.adapter, which).register_forward_hook(hook))
+            callbacks = [(module, self._read_attention) for module in self.modules]
+            with routed_attention(language_model(self.model, self.adapter), callbacks):
                 yield
         finally:
             for handle in handles:
@@ -216,6 +219,7 @@ def capture_encoded(
         captures.append(
             HeadCapture(
                 pointer=recorder.pointer[row, ..., :n_images].cpu(),
+                pointer_eq3=recorder.pointer_eq3[row, ..., :n_images].cpu(),
                 head_output=recorder.head_output[row].cpu(),
                 image_embeds=recorder.image_embeds[row, :n_images].cpu(),
                 answer_logits=None if answer_ids is None else logits[row, answer_ids].float().cpu(),
@@ -284,11 +288,13 @@ def capture_heads(
         query_char_span: half-open character span of `prompt`; the cattok is the token holding its
             last character. None allowed when `positions` is only ``("last",)``.
         positions: readout positions from `readout.READOUT_POSITIONS` (App. G).
-        mode: ``exact`` (the model's attention), ``proxy`` (Eq. 3 literally) or ``proxy_causal``.
+        mode: the score the run ranks heads by: ``exact`` (the model's attention), ``proxy`` (Eq. 3
+            literally) or ``proxy_causal`` (Eq. 3 over j <= p, which also makes ``pointer_eq3`` causal).
         answer_tokens: token ids whose next-token logits to return (see `answers.answer_token_ids`).
 
     Returns:
-        A `HeadCapture` (pointer [P, L, H, N], head_output [P, L, H, d_h], image_embeds [N, d_model]).
+        A `HeadCapture` (pointer and pointer_eq3 [P, L, H, N], head_output [P, L, H, d_h],
+        image_embeds [N, d_model]).
 
     Raises:
         UserInputError: unsupported model (lists the supported ones), unknown mode or position,

@@ -66,6 +66,33 @@ def conversation(pieces: Sequence[str]) -> list[dict]:
     return [{"role": "user", "content": content}]
 
 
+def _match(rendered: str, text: str, cursor: int) -> tuple[int, int, int] | None:
+    """The first occurrence of piece `text` in `rendered` at or after `cursor`, trimmed or not.
+
+    The piece's stripped text is searched (its first occurrence is the piece: everything after
+    `cursor` that precedes it is template text), then widened over the piece's leading and
+    trailing whitespace wherever the template kept it right next to that occurrence. Searching the
+    verbatim piece first would be wrong for templates that trim: a later copy of the piece with its
+    whitespace (a passage that the question or a later passage repeats) would match instead.
+
+    Returns:
+        ``(lead, rendered_start, length)``: the piece's kept characters are
+        ``text[lead:lead + length]`` at ``rendered[rendered_start:]``; None when absent.
+    """
+    kept = text.strip()
+    found = rendered.find(kept, cursor)
+    if found < 0:
+        return None
+    lead = len(text) - len(text.lstrip())
+    trail = len(text) - len(text.rstrip())
+    stop = found + len(kept)
+    if lead and found - lead >= cursor and rendered[found - lead:found] == text[:lead]:
+        found, lead = found - lead, 0
+    if trail and rendered[stop:stop + trail] == text[len(text) - trail:]:
+        stop += trail
+    return lead, found, stop - found
+
+
 def locate_pieces(
     rendered: str, pieces: Sequence[str], placeholder_spans: Sequence[tuple[int, int]]
 ) -> list[TextPiece]:
@@ -74,9 +101,11 @@ def locate_pieces(
     Piece k (k >= 1) follows image k-1 in the prompt, so it is searched after both the previous
     piece and the image's placeholder in the rendered text (`placeholder_spans`, one
     ``(start, end)`` per image in rendered-text offsets). This holds for templates that keep the
-    interleaving and for templates that render all images before the text. A piece not found
-    verbatim is searched again without surrounding whitespace (templates that ``trim`` text items).
-    Whitespace-only pieces are skipped: they carry no query.
+    interleaving and for templates that render all images before the text. Its first occurrence
+    there is taken, with the surrounding whitespace the template kept (`_match`; templates that
+    ``trim`` text items keep none), so a later copy of its text (a passage repeated further on, or
+    repeated by the question) is never taken for it. Whitespace-only pieces are skipped: they carry
+    no query.
 
     Returns:
         One `TextPiece` per located piece, in prompt order.
@@ -90,22 +119,17 @@ def locate_pieces(
     for index, text in enumerate(pieces):
         if index > 0:
             cursor = max(cursor, placeholder_spans[index - 1][1])
-        kept = text.strip()
-        if kept:
-            lead = 0
-            found = rendered.find(text, cursor)
-            if found >= 0:
-                kept = text
-            else:
-                lead = len(text) - len(text.lstrip())
-                found = rendered.find(kept, cursor)
-            if found < 0:
+        if text.strip():
+            match = _match(rendered, text, cursor)
+            if match is None:
                 raise UserInputError(
-                    f"prompt text {text[:60]!r} (piece {index}) does not appear in the chat-template output; "
-                    f"the template changes text items, so character spans cannot be mapped"
+                    f"prompt text {text[:60]!r} (piece {index} of {len(pieces)}) does not appear in the "
+                    f"chat-template output after character {cursor}; the template changes text items, so "
+                    f"character spans cannot be mapped"
                 )
-            located.append(TextPiece(prompt_start + lead, found, len(kept)))
-            cursor = found + len(kept)
+            lead, found, length = match
+            located.append(TextPiece(prompt_start + lead, found, length))
+            cursor = found + length
         prompt_start += len(text) + len(IMAGE_PLACEHOLDER)
     return located
 

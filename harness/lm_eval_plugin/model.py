@@ -49,7 +49,7 @@ from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_pr
 from icir_common import UserInputError
 
 PAPER_IMAGE_BUDGET = 448
-CAPTURED_FIELDS = ("pointer", "head_output", "image_embeds")
+CAPTURED_FIELDS = ("pointer", "pointer_eq3", "head_output", "image_embeds")
 
 
 def parse_readout(readout: Any) -> tuple[str, ...]:
@@ -110,8 +110,11 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
     Args:
         pretrained: model folder or Hub id; default: the shipped demo model
             (`harness.demo_model.default_model_path`).
-        pointer_mode: ``exact`` (the attention the model computes) or ``proxy`` / ``proxy_causal``
-            (Eq. 3 from the q_proj/k_proj outputs); see `harness.capture`.
+        pointer_mode: which pointer score ranks the heads for the votes and the per-document
+            picks: ``exact`` (the attention the model computes, Eq. 1) or ``proxy`` /
+            ``proxy_causal`` (Eq. 3 from the q_proj/k_proj outputs). Both scores are captured
+            from the same prefill and reported either way; ``proxy_causal`` makes the Eq. 3 score
+            causal. See `harness.capture`.
         readout: readout positions separated by ``/`` (e.g. ``cattok/+1/last``, App. G); the
             first is reported in the results table, all are stored and written as artifacts.
         heads_ranking: a ranking JSON (``pointer_ranking.json`` of an ICIR-MCQ run's artifacts)
@@ -197,7 +200,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             "revision": self.revision,
             "dtype": str(self.model.dtype),
             "attn_implementation": self.model.config._attn_implementation,
-            "pointer_mode": self.pointer_mode,
+            "eq3": "proxy_causal" if self.pointer_mode == "proxy_causal" else "proxy",
             "readout": list(self.positions),
             "image_pixels": self.image_pixels,
             "layers": self.n_layers,
@@ -218,7 +221,10 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
     def _encode(self, docs: Sequence[DocInput], new_tokens: int = 0):
         requests = [CaptureRequest(doc.prompt, doc.images, doc.query_char_span) for doc in docs]
         image_token = image_token_id(self.model, resolve_adapter(self.model))
-        inputs, layouts = encode_requests(self.processor, requests, image_token)
+        try:
+            inputs, layouts = encode_requests(self.processor, requests, image_token)
+        except UserInputError as err:
+            raise self._name_failing_document(docs, requests, image_token, err) from None
         if self._max_length:  # lm-eval's max_length, when given, is a limit: nothing is ever truncated
             for doc, layout in zip(docs, layouts):
                 if layout.last + 1 + new_tokens > self._max_length:
@@ -228,6 +234,16 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
                         + f", over max_length={self._max_length}; raise max_length or drop it (prompts are never cut)"
                     )
         return inputs, layouts
+
+    def _name_failing_document(self, docs, requests, image_token: int, err: UserInputError) -> UserInputError:
+        """`err` prefixed with the task and document that raise it (each encoded alone to find it)."""
+        for doc, request in zip(docs, requests):
+            try:
+                encode_requests(self.processor, [request], image_token)
+            except UserInputError as alone:
+                return UserInputError(f"task {doc.task} doc {doc.doc_id} ({self.pretrained}): {alone}")
+        names = ", ".join(f"{doc.task} doc {doc.doc_id}" for doc in docs)
+        return UserInputError(f"{names} ({self.pretrained}): {err}")
 
     def _tensors(self, capture) -> dict[str, torch.Tensor]:
         return {name: getattr(capture, name) for name in CAPTURED_FIELDS}
