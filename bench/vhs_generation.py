@@ -35,10 +35,10 @@ from capture_overhead import SIZES
 from harness.capture import CaptureRequest
 from harness.capture.adapters import image_token_id, resolve_adapter
 from harness.capture.engine import capture_encoded
+from harness.capture.image_inputs import resolve_image_inputs
 from harness.capture.inputs import encode_requests
 from harness.demo_model import default_model_path
 from harness.lm_eval_plugin.generation import GreedySettings, continue_greedy
-from harness.lm_eval_plugin.model import apply_image_budget
 from harness.tiny_models import build_tiny, random_images
 
 N_IMAGES = 10
@@ -52,9 +52,15 @@ def _request(side: int) -> CaptureRequest:
     return CaptureRequest(prompt, random_images(N_IMAGES, seed=1, size=(side, side)), (start, start + 5))
 
 
+def _encode(model, processor, side: int):
+    """The N = 10 document encoded with the family's image inputs at `side` px (one image call)."""
+    adapter = resolve_adapter(model)
+    call = resolve_image_inputs(processor, adapter, side)
+    return encode_requests(processor, [_request(side)], image_token_id(model, adapter), call)
+
+
 def _visual_tokens(model, processor, side: int) -> float:
-    inputs, layouts = encode_requests(processor, [_request(side)], image_token_id(model, resolve_adapter(model)))
-    return sum(end - start for start, end in layouts[0].image_spans) / N_IMAGES
+    return sum(end - start for start, end in _encode(model, processor, side)[1][0].image_spans) / N_IMAGES
 
 
 def widened():
@@ -62,7 +68,7 @@ def widened():
     torch.manual_seed(0)
     model, processor = build_tiny("qwen3_vl", seed=0, **SIZES)
     side = 32
-    while apply_image_budget(processor, side) and _visual_tokens(model, processor, side) < TARGET_VISUAL_TOKENS:
+    while _visual_tokens(model, processor, side) < TARGET_VISUAL_TOKENS:
         side += 32
     return model, processor, side
 
@@ -72,13 +78,12 @@ def demo():
     path = default_model_path()
     model = transformers.AutoModelForImageTextToText.from_pretrained(path).eval()
     processor = transformers.AutoProcessor.from_pretrained(path)
-    apply_image_budget(processor, 64)
     return model, processor, 64
 
 
 def variants(model, processor, side: int, new_tokens: int):
     """``{name: callable returning the generated token ids}`` on one encoded N = 10 document."""
-    inputs, layouts = encode_requests(processor, [_request(side)], image_token_id(model, resolve_adapter(model)))
+    inputs, layouts = _encode(model, processor, side)
     length = inputs["input_ids"].shape[1]
     settings = GreedySettings({}, (), new_tokens, ())
     vocab = range(model.get_output_embeddings().out_features)

@@ -45,6 +45,7 @@ from harness.metrics.pointer import pointer_r1, pointer_votes
 from harness.metrics.rankings import head_ranking, spearman, top_k_overlap
 from harness.metrics.vote import vote_r1_curve
 from harness.metrics.writer import WriterFit, WriterProbeConfig, fit_writer_probes
+from harness.protocol import dataset_fingerprint, token_summary
 from icir_common import UserInputError, flat_head_name
 from icir_mcq.prompt import LETTERS
 from vhs_adapter.scoring import is_correct, parse_yes_no
@@ -72,7 +73,7 @@ class RunSpec:
     heads_ranking: str | None = None
     writer_probes: str | None = None
     writer_config: WriterProbeConfig = WriterProbeConfig()
-    pointer_mode: str = "exact"
+    pointer_mode: str = "proxy"
 
 
 @dataclass
@@ -361,10 +362,23 @@ def _answer(record: Mapping[str, Any]) -> tuple[str | None, bool]:
 
 @dataclass
 class RunAnalysis:
-    """The analyses of one run: ``analyses`` by task or group name, ``documents`` by task."""
+    """The analyses of one run: ``analyses`` by task or group name, ``documents`` by task, and
+    ``datasets``: per task its document count, fingerprint and visual tokens per image
+    (`harness.protocol`)."""
 
     analyses: dict[str, HeadAnalysis]
     documents: dict[str, list[dict]]
+    datasets: dict[str, dict]
+
+
+def dataset_summary(part: TaskDocs) -> dict:
+    """A task's documents as the protocol record names them: count, fingerprint, visual tokens per image."""
+    tokens = [end - start for record in part.records for start, end in record["image_spans"]]
+    return {
+        "documents": len(part.records),
+        "fingerprint": dataset_fingerprint([record["fingerprint"] for record in part.records]),
+        "visual_tokens_per_image": token_summary(tokens),
+    }
 
 
 def _units(tasks: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], set[str]]:
@@ -399,7 +413,7 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
         unit_parts = [parts[t] for t in members]
         if not any((part.targets >= 0).any() for part in unit_parts):
             continue
-        primary = "exact" if spec.pointer_mode == "exact" else "eq3"
+        primary = "exact" if spec.pointer_mode == "exact" else "eq3"  # the protocol ranks by Eq. 3
         analysis = _pointer_analysis(name, unit_parts, positions, spec.heads_ranking, primary)
         if analysis.reported() is None:
             analysis.notes.append(
@@ -416,4 +430,4 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
         analyses[name] = analysis
     for task, part in parts.items():
         documents[task] = document_records(part, analyses.get(task))
-    return RunAnalysis(analyses, documents)
+    return RunAnalysis(analyses, documents, {task: dataset_summary(part) for task, part in parts.items()})

@@ -19,7 +19,14 @@ from typing import Any
 from harness.activation_store import SETTINGS_FILE
 from harness.analysis import HeadAnalysis, RunAnalysis, RunSpec, analyse_run
 from harness.artifacts import pointer_values, summary, write_artifacts
-from harness.constants import POINTER_METRICS, VOTE_METRICS, WRITER_METRICS, WRITER_VOTE_METRICS
+from harness.constants import (
+    POINTER_METRICS,
+    VOTE_METRICS,
+    WRITER_METRICS,
+    WRITER_VOTE_METRICS,
+)
+from harness.metrics.writer import WriterProbeConfig
+from harness.protocol import PROTOCOL_POINTER_MODE, protocol_record, write_protocol
 from icir_common import UserInputError
 
 
@@ -43,7 +50,8 @@ def run_spec(results: dict, model_args: dict[str, Any]) -> RunSpec:
         if (shards / task).is_dir()
     }
     return RunSpec(Path(store), tasks, model_args.get("heads_ranking"), model_args.get("writer_probes"),
-                   pointer_mode=model_args.get("pointer_mode", "exact"))
+                   WriterProbeConfig.from_arguments(model_args),
+                   model_args.get("pointer_mode", PROTOCOL_POINTER_MODE))
 
 
 def _table_values(analysis: HeadAnalysis) -> dict[str, float | int]:
@@ -97,7 +105,9 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
         artifacts_dir: folder of the per-unit artifact folders, or None for none.
 
     Returns:
-        ``{task or group name: summary}`` (`artifacts.summary`).
+        ``{task or group name: summary}`` (`artifacts.summary`); the run's protocol record
+        (`harness.protocol`) is ``results["icir"]["protocol"]`` and each unit's
+        ``artifacts_dir/<unit>/protocol.json``.
 
     Raises:
         UserInputError: see `run_spec` and `analysis.analyse_run`.
@@ -105,15 +115,18 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
     spec = run_spec(results, model_args)
     settings = json.loads((spec.store / SETTINGS_FILE).read_text())
     run = analyse_run(spec, tuple(settings["readout"]), settings)
+    record = protocol_record(settings, model_args, results, run.datasets)
     summaries = {}
     for name, analysis in run.analyses.items():
         summaries[name] = summary(analysis, name)
         if artifacts_dir is not None:
             write_artifacts(analysis, Path(artifacts_dir) / name, name, run.documents.get(name))
+            write_protocol(Path(artifacts_dir) / name, record)
     add_to_results(results, run.analyses)
     if results.get("samples"):
         annotate_samples(results["samples"], run)
-    results["icir"] = {"artifacts": None if artifacts_dir is None else str(artifacts_dir), "summaries": summaries}
+    results["icir"] = {"artifacts": None if artifacts_dir is None else str(artifacts_dir), "summaries": summaries,
+                       "protocol": record}
     return summaries
 
 

@@ -6,8 +6,10 @@ PNG figures of the same numbers (`harness.plots`)::
     summary.json             table metrics, top pointer/writer heads (LxxHyy, R@1), sources, notes
     pointer_r1.json          {position: {LxxHyy: R@1}} for every readout position, chance (Eq. 1)
     pointer_r1.safetensors   "pointer_r1" [P, L, H] float64 (metadata: positions)
-    pointer_ranking.json     the ranking at the reported position (`rankings_io`); heads_ranking=FILE
-    pointer_r1_eq3.*, pointer_eq3_ranking.json, pointer_r1_eq3_grid.png: the same for the Eq. 3 proxy
+    pointer_ranking.json     the ranking this run votes with (its pointer mode's score, at the reported
+                             position; `rankings_io`): what heads_ranking=FILE takes
+    pointer_ranking_exact.json, pointer_ranking_eq3.json: the ranking of each score
+    pointer_r1_eq3.json, pointer_r1_eq3.safetensors, pointer_r1_eq3_grid.png: the Eq. 3 proxy's grids
     vote_r1.json             {"pointer": {K: R@1}, "writer": {K: R@1} | null}, ranking sources
     writer_r1.json           writer R@1 grid and fit details (ICIR-MCQ) or in-context grid (VHs)
     writer_r1.safetensors    "writer_r1" [L, H] float64
@@ -134,7 +136,9 @@ def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str, documents: 
         )
         metadata = {"positions": ",".join(positions)}
         _save_arrays(folder / f"pointer_r1{suffix}.safetensors", "pointer_r1", grids, metadata)
-        write_json(folder / f"pointer{suffix}_ranking.json", ranking_document(grids[0], "pointer", positions[0]))
+        write_json(folder / f"pointer_ranking_{score}.json", ranking_document(grids[0], "pointer", positions[0]))
+    # The ranking this run votes with (its pointer mode's score): what heads_ranking=FILE takes.
+    write_json(folder / "pointer_ranking.json", ranking_document(analysis.table_grid, "pointer", positions[0]))
     write_json(
         folder / "vote_r1.json",
         {

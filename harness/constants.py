@@ -44,6 +44,10 @@ WRITER_METRICS: tuple[str, ...] = ("writer_r1",)
 VOTE_METRICS: tuple[str, ...] = tuple(f"vote_r1@{k}" for k in VOTE_KS)
 WRITER_VOTE_METRICS: tuple[str, ...] = tuple(f"writer_vote_r1@{k}" for k in VOTE_KS)
 
+# The key of a model folder's processor_config.json under which a model declares the per-image side
+# it was trained on (the shipped demo model: 64 px), used instead of its family's protocol side.
+DECLARED_SIDE_KEY = "icir_image_side"
+
 # Documents per activation-store shard: a killed run recomputes at most this many.
 STORE_FLUSH = 16
 

@@ -4,8 +4,10 @@ Writes a demo-world toy corpus (rendered shapes in the COCO 2017 + MM-NIAH layou
 Haystacks question files over its images), builds both ICIR-MCQ configs and the VHs folder from it
 as the shipped demo model was trained to read them (the demo world, passages cut to
 ``MAX_PASSAGE_CHARS``; its images are not the training world's), then runs ``icir eval`` with the
-default model (the shipped demo model) on ``icir_mcq`` and ``vhs_single_n{2,5,10}``: lm-eval's
-table with the head metrics, the top pointer heads, and where the artifacts are.
+default model (the shipped demo model) on ``icir_mcq`` (discovery: the pointer ranking and the
+writer probes), then on ``vhs_single_n{2,5,10}`` with that ranking and those probes (the paper's
+transfer protocol, §4.3): lm-eval's tables with the head metrics, the protocol line, the top
+pointer heads, and where the artifacts are.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import argparse
 import json
 from pathlib import Path
 
+from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP
 from icir_mcq.build import build_icir_mcq
 from icir_mcq.cli import print_build_summary
 from icir_mcq.toy import write_toy_corpus
@@ -21,9 +24,8 @@ from vhs_adapter.build import build_vhs
 from vhs_adapter.toy_questions import write_toy_vhs_questions
 
 DEMO_VHS_SIZES = (2, 5, 10)
-DEMO_TASKS = ("icir_mcq", *(f"vhs_single_n{n}" for n in DEMO_VHS_SIZES))
-# The toy images are 64x64 px: a budget of 64 px keeps them at their size (a few visual tokens each).
-DEMO_IMAGE_BUDGET = 64
+DISCOVERY_TASK = ICIR_MCQ_GROUP
+TRANSFER_TASKS = tuple(f"vhs_single_n{n}" for n in DEMO_VHS_SIZES)
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -49,22 +51,35 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from harness.cli import main
     from harness.demo_model import default_model_path
+    from harness.evaluation import model_name
 
     # The demo model is tiny: intra-op threads cost more in hand-offs than they save (30x on a
     # loaded 2-core machine), so the demo evaluates on one thread.
     torch.set_num_threads(1)
-    metadata = {"icir_mcq_data": str(args.out / "icir_mcq"), "vhs_data": str(args.out / "vhs")}
-    eval_argv = [
-        "eval", "--tasks", ",".join(DEMO_TASKS), "--device", "cpu", "--batch_size", "1",
-        "--model_args", f"image_budget={DEMO_IMAGE_BUDGET}", "--metadata", json.dumps(metadata),
-        "--gen_kwargs", f"max_gen_toks={args.max_gen_toks}", "--output_path", str(args.out / "eval"),
-    ]
+    metadata = json.dumps({"icir_mcq_data": str(args.out / "icir_mcq"), "vhs_data": str(args.out / "vhs")})
+    common = ["--device", "cpu", "--batch_size", "1", "--metadata", metadata, "--output_path", str(args.out / "eval")]
     print(f"\nThe default model is the shipped demo model ({default_model_path()}): a 4-layer x 6-head Qwen3-VL "
           "trained on another demo-world draw to find the image a question names; its training record is "
           "TRAINING.md in that folder.")
-    print("\n$ icir " + " ".join(arg if " " not in arg else f"'{arg}'" for arg in eval_argv), flush=True)
-    return main(eval_argv)
+    discovery = ["eval", "--tasks", DISCOVERY_TASK, *common]
+    code = _run_shown(discovery, main)
+    if code:
+        return code
+    found = args.out / "eval" / model_name(default_model_path()) / ARTIFACTS_FOLDER / DISCOVERY_TASK
+    transfer = [
+        "eval", "--tasks", ",".join(TRANSFER_TASKS), *common,
+        "--model_args", f"heads_ranking={found / 'pointer_ranking.json'},writer_probes={found / 'writer_probes'}",
+    ]
+    if args.max_gen_toks is not None:
+        transfer += ["--gen_kwargs", f"max_gen_toks={args.max_gen_toks}"]
+    print("\nVisual Haystacks with the heads found on ICIR-MCQ (the paper's transfer protocol, §4.3):")
+    return _run_shown(transfer, main)
 
+
+def _run_shown(argv: list[str], main) -> int:
+    """Print the ``icir`` command line, then run it; its exit code."""
+    print("\n$ icir " + " ".join(arg if " " not in arg else f"'{arg}'" for arg in argv), flush=True)
+    return main(argv)
 
 def register(subparsers) -> None:
     """Add ``demo`` to the ``icir`` command."""
@@ -74,6 +89,7 @@ def register(subparsers) -> None:
     demo.add_argument("--samples", type=int, default=240, help="samples per ICIR-MCQ config (default 240)")
     demo.add_argument("--vhs-questions", type=int, default=40, help="VHs questions per haystack size (default 40)")
     demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--max-gen-toks", type=int, default=16, help="VHs answer length cap (default 16)")
+    demo.add_argument("--max-gen-toks", type=int, default=None,
+                      help="VHs answer length cap (default: the task's, decoding stops at the first yes/no)")
     demo.add_argument("--no-eval", action="store_true", help="build the folders only")
     demo.set_defaults(func=run_demo)

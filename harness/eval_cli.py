@@ -124,6 +124,10 @@ def save_and_print(results: dict, tracker, header: str) -> None:
     if tracker.push_results_to_hub or tracker.push_samples_to_hub:
         tracker.recreate_metadata_card()
     print(header)
+    if "icir" in results:
+        from harness.protocol import header as protocol_header
+
+        print(protocol_header(results["icir"]["protocol"]))
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
@@ -199,6 +203,9 @@ def analyze(args: argparse.Namespace) -> int:
             tmp.write_text("".join(lines))
     del results["samples"]
     write_json(results_file, results)
+    from harness.protocol import header as protocol_header
+
+    print(protocol_header(results["icir"]["protocol"]))
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))

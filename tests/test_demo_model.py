@@ -509,13 +509,23 @@ def test_icir_demo_evaluates_the_shipped_model_through_lm_eval(tmp_path, capsys)
     out = tmp_path / "demo"
     assert icir_main(["demo", "--out", str(out), "--images", "400", "--samples", "60", "--vhs-questions", "20"]) == 0
     printed = capsys.readouterr().out
-    (results_file,) = out.glob("eval/*/results_*.json")
-    results = json.loads(results_file.read_text())["results"]
+    discovery, transfer = sorted(out.glob("eval/icir-demo-model/results_*.json"))  # ICIR-MCQ, then VHs
+    results = json.loads(discovery.read_text())["results"] | json.loads(transfer.read_text())["results"]
     assert results["icir_mcq_n5"]["acc,none"] >= 0.85  # 60 samples; the 200-sample check above asks 0.90
     for n in (2, 5, 10):
         # One-token answers that end the turn: every generation holds a Yes/No.
         assert results[f"vhs_single_n{n}"]["compliance,none"] == 1.0
+        # VHs reports the R@1 of the head found on ICIR-MCQ (§4.3): the demo's pointer head.
+        assert results[f"vhs_single_n{n}"]["pointer_top_head,none"] == 0
     assert results["vhs_single_n5"]["acc,none"] >= 0.7
+    # The default model with no other flag reads its own 64 px image side (not chance accuracy).
+    assert icir_main(["eval", "--tasks", "icir_mcq_n5", "--limit", "24", "--metadata",
+                      json.dumps({"icir_mcq_data": str(out / "icir_mcq")}), "--output_path", str(tmp_path / "plain")]) == 0
+    (plain,) = (tmp_path / "plain").glob("icir-demo-model/results_*.json")
+    assert json.loads(plain.read_text())["results"]["icir_mcq_n5"]["acc,none"] >= 0.8
+    record = json.loads(transfer.read_text())["icir"]["protocol"]
+    assert record["settings"]["heads_ranking"].endswith("icir_mcq/pointer_ranking.json")
+    assert record["deviations"] == ["image side 64 px set by the model (protocol: the qwen3_vl family's own)"]
     # The printed head table names the pointer head the direct evaluation finds (TRAINING.md).
     best = re.search(r"icir_mcq_n5 +cattok pointer_r1 ([0-9.]+) \((L\d\dH\d\d)\)", printed)
     assert best and best.group(2) == "L00H00" and float(best.group(1)) >= 0.6

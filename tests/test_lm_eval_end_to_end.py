@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 from harness.capture import capture_heads
 from harness.capture.spans import conversation, split_prompt
 from harness.metrics.candidates import InContextCandidates
-from harness.metrics.writer import fit_writer_probes
+from harness.metrics.writer import WriterProbeConfig, fit_writer_probes
 from vhs_adapter.scoring import is_compliant, is_correct
 
 KS = (1, 3, 5, 10, 20, 30)
@@ -95,7 +95,8 @@ def icir_recomputed(shared, tiny):
     targets = np.array(docs["target_position"])
     votes = np.stack([c.pointer[0].numpy().argmax(axis=-1) for c in captures])
     grid = _grid(votes, targets)
-    grid_eq3 = _grid(np.stack([c.pointer_eq3[0].numpy().argmax(axis=-1) for c in captures]), targets)
+    votes_eq3 = np.stack([c.pointer_eq3[0].numpy().argmax(axis=-1) for c in captures])
+    grid_eq3 = _grid(votes_eq3, targets)
     candidates = InContextCandidates.from_list([c.image_embeds for c in captures], targets)
     writer = fit_writer_probes(
         torch.stack([c.head_output[0] for c in captures]),
@@ -110,8 +111,10 @@ def icir_recomputed(shared, tiny):
         "grid": grid,
         "grid_eq3": grid_eq3,
         "chance": float(np.mean(1 / np.array(docs["n_choices"]))),
-        "vote": _majority_curve(votes, targets, _ranking(grid)),
+        # The protocol ranks heads by the Eq. 3 proxy (App. A): its ranking votes and picks.
+        "vote": _majority_curve(votes_eq3, targets, _ranking(grid_eq3)),
         "votes": votes,
+        "votes_eq3": votes_eq3,
         "writer": writer.r1,
     }
 
@@ -148,8 +151,10 @@ def test_icir_mcq_artifacts_hold_the_grids(shared, icir_recomputed):
     np.testing.assert_allclose(list(pointer.values()), grid.ravel(), atol=1e-12)
     arrays = load_file(str(folder / "pointer_r1.safetensors"))
     np.testing.assert_allclose(arrays["pointer_r1"][0].numpy(), grid, atol=1e-12)
-    ranking = json.loads((folder / "pointer_ranking.json").read_text())
+    ranking = json.loads((folder / "pointer_ranking_exact.json").read_text())
     assert ranking["ranking"] == [names[i] for i in _ranking(grid)]
+    voting = json.loads((folder / "pointer_ranking.json").read_text())  # the protocol's: Eq. 3
+    assert voting["ranking"] == [names[i] for i in _ranking(icir_recomputed["grid_eq3"])]
     writer = load_file(str(folder / "writer_r1.safetensors"))["writer_r1"].numpy()
     np.testing.assert_allclose(writer, icir_recomputed["writer"], atol=1e-9)
     summary = json.loads((folder / "summary.json").read_text())
@@ -173,10 +178,11 @@ def test_vhs_metrics_match_capture_heads(shared, tiny, icir_recomputed):
     docs = _load(shared / "vhs", "single_needle_n5")
     probes = artifacts_of(shared / "ref_mcq") / "icir_mcq_n5" / "writer_probes"
     targets = np.array([d["needle_positions"][0] for d in docs])
-    pointer_votes, writer_votes, correct, compliant = [], [], [], []
+    pointer_votes, pointer_votes_eq3, writer_votes, correct, compliant = [], [], [], [], []
     for d in docs:
         capture = capture_heads(model, processor, d["prompt"], d["images"], tuple(d["cattok_char_span"]))
         pointer_votes.append(capture.pointer[0].numpy().argmax(axis=-1))
+        pointer_votes_eq3.append(capture.pointer_eq3[0].numpy().argmax(axis=-1))
         writer_votes.append(_writer_votes(probes, capture.head_output[0], capture.image_embeds))
         text = processor.apply_chat_template(conversation(split_prompt(d["prompt"], len(d["images"]))),
                                              add_generation_prompt=True, tokenize=False)
@@ -185,7 +191,7 @@ def test_vhs_metrics_match_capture_heads(shared, tiny, icir_recomputed):
         response = processor.tokenizer.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True)
         correct.append(is_correct(response, d["answer"]))
         compliant.append(is_compliant(response))
-    pointer_votes = np.stack(pointer_votes)
+    pointer_votes, pointer_votes_eq3 = np.stack(pointer_votes), np.stack(pointer_votes_eq3)
     writer_votes = np.stack(writer_votes).reshape(pointer_votes.shape)
     grid = _grid(pointer_votes, targets)
     writer_grid = _grid(writer_votes, targets)
@@ -196,7 +202,7 @@ def test_vhs_metrics_match_capture_heads(shared, tiny, icir_recomputed):
     assert got["compliance"] == pytest.approx(np.mean(compliant), abs=1e-12)
     # The paper's transfer protocol (§4.3): pointer_r1 is the ICIR-MCQ ranking's top head on VHs; the
     # best head chosen on VHs itself is the oracle.
-    icir_top = int(_ranking(icir_recomputed["grid"])[0])
+    icir_top = int(_ranking(icir_recomputed["grid_eq3"])[0])  # the ICIR-MCQ run's voting (Eq. 3) ranking
     assert got["pointer_top_head"] == icir_top
     assert got["pointer_r1"] == pytest.approx(grid.ravel()[icir_top], abs=1e-12)
     assert got["pointer_r1_oracle"] == pytest.approx(grid.max(), abs=1e-12)
@@ -204,7 +210,7 @@ def test_vhs_metrics_match_capture_heads(shared, tiny, icir_recomputed):
     assert got["chance_r1"] == pytest.approx(0.2, abs=1e-12)
     assert got["writer_r1"] == pytest.approx(writer_grid.max(), abs=1e-12)
     # Votes use the rankings found on ICIR-MCQ, not VHs's own (§4.3, App. H).
-    pointer_curve = _majority_curve(pointer_votes, targets, _ranking(icir_recomputed["grid"]))
+    pointer_curve = _majority_curve(pointer_votes_eq3, targets, _ranking(icir_recomputed["grid_eq3"]))
     writer_curve = _majority_curve(writer_votes, targets, icir_writer_ranking)
     for k in KS:
         assert got[f"vote_r1@{k}"] == pytest.approx(pointer_curve[k], abs=1e-12), k
@@ -225,7 +231,8 @@ def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path, monkeypatch
     limit = 6
     results = harness.evaluate(
         ["icir_mcq"],
-        {"pretrained": str(shared / "model"), "image_budget": IMAGE_BUDGET, "readout": "cattok/last"},
+        {"pretrained": str(shared / "model"), "image_budget": IMAGE_BUDGET, "readout": "cattok/last",
+         "writer_epochs": 12, "writer_lr": 0.002},
         metadata={"icir_mcq_data": str(shared / "mcq")},
         output_path=tmp_path,
         limit=limit,
@@ -243,6 +250,7 @@ def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path, monkeypatch
         [d["probe_split"] for d in docs],
         image_ids=[d["target_image_id"] for d in docs],
         candidates=InContextCandidates.from_list([c.image_embeds for c in captures], targets),
+        config=WriterProbeConfig(epochs=12, lr=0.002),
         progress=False,
     )
     assert fits == [(2 * limit, 4, 4, 16)] * 2  # pooled n5 + n6, at cattok and at last; never per config
@@ -256,6 +264,8 @@ def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path, monkeypatch
     artifacts = artifacts_of(tmp_path) / "icir_mcq"
     assert json.loads((artifacts / "summary.json").read_text())["pointer_r1"] == summary["pointer_r1"]
     assert (artifacts / "writer_probes" / "writer_probes.safetensors").is_file()
+    recorded = json.loads((artifacts / "writer_r1.json").read_text())["cattok"]["config"]
+    assert (recorded["epochs"], recorded["lr"], recorded["batch_size"]) == (12, 0.002, 256)  # the model arguments
 
 
 def test_logged_samples_hold_readable_per_document_records(shared, icir_recomputed):
@@ -265,10 +275,10 @@ def test_logged_samples_hold_readable_per_document_records(shared, icir_recomput
     assert str(shared) not in text and "activations" not in text
     samples = sorted((json.loads(line) for line in text.splitlines()), key=lambda s: s["doc_id"])
     docs = _load(shared / "mcq", "n5").select(range(LIMIT))
-    top = int(_ranking(icir_recomputed["grid"])[0])
+    top = int(_ranking(icir_recomputed["grid_eq3"])[0])  # the voting (Eq. 3) ranking's top head
     n_heads = icir_recomputed["grid"].shape[1]
     assert [s["doc_id"] for s in samples] == list(range(LIMIT))
-    for sample, doc, picks in zip(samples, docs, icir_recomputed["votes"]):
+    for sample, doc, picks in zip(samples, docs, icir_recomputed["votes_eq3"]):
         letters = [float(resp[0][0]) for resp in sample["resps"]]
         assert sample["answer"] == "ABCD"[int(np.argmax(letters))]
         assert sample["correct"] == (sample["answer"] == "ABCD"[doc["answer_index"]]) == bool(sample["acc"])
@@ -279,6 +289,7 @@ def test_logged_samples_hold_readable_per_document_records(shared, icir_recomput
     records = load_file(str(artifacts_of(shared / "ref_mcq") / "icir_mcq_n5" / "head_records.safetensors"))
     assert records["pointer_image"].dtype == torch.int16 and records["pointer_image"].shape == (LIMIT, 4, 4)
     assert np.array_equal(records["pointer_image"].numpy(), icir_recomputed["votes"])
+    assert np.array_equal(records["pointer_image_eq3"].numpy(), icir_recomputed["votes_eq3"])
     assert records["doc_id"].tolist() == list(range(LIMIT))
 
 
@@ -307,3 +318,43 @@ def test_icir_analyze_recomputes_a_finished_run(shared, tmp_path, capsys):
     assert json.loads((copy / run.name).read_text())["results"] == reference["results"]
     assert [json.loads(line) for line in samples.read_text().splitlines()] == lines
     assert (copy / "icir_artifacts" / "icir_mcq_n5" / "head_records.safetensors").is_file()
+
+
+def test_protocol_record_holds_the_runs_actual_settings(shared, tiny):
+    """protocol.json (written by the analysis stage of the reference run) against the run as it was."""
+    import hashlib
+    import importlib.metadata
+
+    from harness.lm_eval_plugin.documents import fingerprint
+
+    folder = artifacts_of(shared / "ref_mcq") / "icir_mcq_n5"
+    record = json.loads((folder / "protocol.json").read_text())
+    assert record == results_of(shared / "ref_mcq")["icir"]["protocol"]
+    assert record["protocol"] == "icir-heads/1" and record["on_protocol"] is False
+    assert record["deviations"] == [
+        "image side 64 px set by the user (protocol: the qwen3_vl family's own)",
+        f"--limit {LIMIT} (protocol: every document)",
+        f"--gen_kwargs {{'max_gen_toks': {MAX_GEN_TOKS}}} (protocol: the tasks' own generation settings)",
+    ]
+    settings = record["settings"]
+    assert settings["pointer_mode"] == "proxy" and settings["readout"] == ["cattok"]
+    assert settings["vote_ks"] == list(KS) and settings["limit"] == LIMIT
+    assert settings["image_inputs"]["family"] == "qwen3_vl" and settings["image_inputs"]["side"] == IMAGE_BUDGET
+    assert settings["writer_config"]["batch_size"] == 256 and settings["writer_config"]["epochs"] == 30
+    model, processor = tiny
+    template = hashlib.sha256(processor.chat_template.encode()).hexdigest()
+    assert settings["chat_template_sha256"] == template
+    weights = hashlib.sha256(b"model.safetensors\0" + (shared / "model" / "model.safetensors").read_bytes())
+    assert record["model"]["weights_sha256"] == weights.hexdigest() and record["model"]["source"] == "local"
+    assert (record["model"]["n_layers"], record["model"]["n_heads"]) == (4, 4)
+    assert record["model"]["dtype"] == "torch.float32" and record["model"]["attn_implementation"] == "sdpa"
+    assert record["versions"]["transformers"] == importlib.metadata.version("transformers")
+    docs = _load(shared / "mcq", "n5").select(range(LIMIT))
+    prints = [fingerprint(d["prompt"], d["cattok_char_span"], d["images"]) for d in docs]
+    dataset = record["datasets"]["icir_mcq_n5"]
+    assert dataset["documents"] == LIMIT
+    assert dataset["fingerprint"] == hashlib.sha256("\n".join(prints).encode()).hexdigest()
+    spans = [capture_heads(model, processor, d["prompt"], d["images"], tuple(d["cattok_char_span"])).image_spans
+             for d in docs.select(range(3))]
+    tokens = {end - start for doc_spans in spans for start, end in doc_spans}
+    assert dataset["visual_tokens_per_image"]["min"] == min(tokens) and dataset["visual_tokens_per_image"]["max"] == max(tokens)

@@ -13,7 +13,7 @@ from PIL import Image
 from harness.analysis import vote_curve as _vote_curve
 from harness.evaluation import check_task_names, task_manager
 from harness.lm_eval_plugin.documents import doc_input, fingerprint, group_by_doc
-from harness.lm_eval_plugin.model import apply_image_budget, parse_readout
+from harness.lm_eval_plugin.model import image_side, parse_readout
 from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes, ranking_document
 from harness.lm_eval_plugin.stopping import StopAtAnswerWord, has_answer_word
 from harness.metrics.probes import WriterProbes
@@ -58,17 +58,15 @@ def test_readout_argument():
         parse_readout("cattok/first")
 
 
-def test_image_budget_fixes_qwen_pixels_only():
-    _, qwen = build_tiny("qwen3_vl")
-    assert apply_image_budget(qwen, 448) == 448 * 448
-    grid = qwen.image_processor(images=[Image.new("RGB", (300, 200))], return_tensors="pt")["image_grid_thw"][0]
-    height, width = int(grid[1]) * 16, int(grid[2]) * 16
-    assert abs(height * width - 448 * 448) <= 0.25 * 448 * 448 and height / width == pytest.approx(2 / 3, rel=0.15)
-    _, llava = build_tiny("llava_onevision")
-    before = dict(llava.image_processor.size)
-    assert apply_image_budget(llava, 448) is None
-    assert dict(llava.image_processor.size) == before
-    assert apply_image_budget(qwen, None) is None
+def test_image_side_comes_from_the_user_the_model_folder_or_the_protocol(tmp_path):
+    from harness.demo_model import default_model_path
+
+    assert image_side(96, str(tmp_path)) == (96, "user")
+    assert image_side(None, str(tmp_path)) == (None, None)  # the family's protocol side
+    assert image_side(None, str(default_model_path())) == (64, "model")  # the demo model's toy images
+    assert image_side("protocol", str(default_model_path())) == (64, "model")
+    with pytest.raises(UserInputError, match="image_budget must be a side in pixels"):
+        image_side("big", str(tmp_path))
 
 
 def test_ranking_file_round_trip(tmp_path):

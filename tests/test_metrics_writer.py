@@ -1,5 +1,6 @@
 """Writer probes (§5.1, App. D, E.2): planted head, chunking invariance, save/load, brute-force scoring."""
 
+import math
 import re
 
 import numpy as np
@@ -268,3 +269,37 @@ def test_head_slice_matches_a_loop(heads, as_torch):
     expected = np.array([[head_output[r, h // 4, h % 4] for r in rows] for h in heads], np.float32).reshape(-1, 3, 5)
     source = torch.from_numpy(head_output) if as_torch else head_output
     np.testing.assert_array_equal(head_slice(source, rows, heads).numpy(), expected)
+
+
+def test_settings_from_model_arguments(tmp_path):
+    """``writer_config=FILE`` and ``writer_<field>`` model arguments (the file first, then single settings)."""
+    import json
+
+    (tmp_path / "w.json").write_text(json.dumps({"epochs": 7, "batch_size": 128, "seed": 3}))
+    config = WriterProbeConfig.from_arguments(
+        {"writer_config": str(tmp_path / "w.json"), "writer_seed": "5", "writer_in_context_negatives": "true",
+         "writer_probes": "ignored", "pretrained": "ignored"})
+    assert (config.epochs, config.batch_size, config.seed, config.in_context_negatives) == (7, 128, 5, True)
+    learned = WriterProbeConfig.from_arguments({"writer_temperature": "learned"})
+    assert learned.learn_temperature and learned.temperature == 0.07
+    for bad, message in (({"writer_epochs": "2.5"}, "not of type int"), ({"writer_depth": 2}, "unknown writer-probe"),
+                         ({"writer_config": str(tmp_path / "none.json")}, "not a readable JSON file"),
+                         ({"writer_lr": "-1"}, "lr must be positive")):
+        with pytest.raises(UserInputError, match=message):
+            WriterProbeConfig.from_arguments(bad)
+
+
+def test_learned_temperature_trains_a_scale_per_head():
+    """With ``learn_temperature`` each head's logit scale moves from 1/0.07; the fixed path is unchanged."""
+    from harness.metrics.writer import _ChunkTrainer
+
+    torch.manual_seed(0)
+    probes = WriterProbes.initialise(np.arange(3), 1, 3, 4, 6, proj_dim=5, seed=0)
+    x, targets = torch.randn(3, 8, 4), torch.randn(8, 6)
+    fixed = _ChunkTrainer(probes, WriterProbeConfig(temperature=0.07), "cpu")
+    learned = _ChunkTrainer(probes, WriterProbeConfig(temperature=0.07, learn_temperature=True, lr=0.05), "cpu")
+    for trainer in (fixed, learned):
+        for _ in range(5):
+            trainer.step(x, targets, None, None, None)
+    assert torch.equal(fixed.log_scale, torch.full((3,), -math.log(0.07)))
+    assert not torch.allclose(learned.log_scale, fixed.log_scale) and learned.log_scale.shape == (3,)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from PIL import Image
@@ -11,6 +12,9 @@ from PIL import Image
 from icir_common import UserInputError
 
 from .spans import conversation, image_spans, locate_pieces, query_token, split_prompt
+
+if TYPE_CHECKING:
+    from .image_inputs import ImageCall
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,11 +57,19 @@ def render(processor, request: CaptureRequest) -> tuple[str, list[str]]:
     return text, pieces
 
 
-def encode_requests(processor, requests: Sequence[CaptureRequest], image_token_id: int):
+def encode_requests(
+    processor, requests: Sequence[CaptureRequest], image_token_id: int, image_inputs: ImageCall | None = None
+):
     """Process `requests` into one right-padded batch and the layout of each sample.
 
     Right padding keeps every sample's real tokens at positions 0..T_i-1 with the same causal
     context as when processed alone; the attention mask hides the padding.
+
+    Args:
+        image_inputs: the protocol's per-image inputs (`image_inputs.resolve_image_inputs`): its
+            transform is applied to every image, its ``images_kwargs`` go to the processor call,
+            and with ``lone_images`` the images are passed as one flat list. None: the
+            processor's own defaults (images as given, one list per sample).
 
     Returns:
         ``(model_inputs, layouts)``: a ``BatchFeature`` of tensors for ``model(**model_inputs)``
@@ -66,20 +78,29 @@ def encode_requests(processor, requests: Sequence[CaptureRequest], image_token_i
 
     Raises:
         UserInputError: placeholder/image count mismatch, a query span that maps to no token, a
-            processor without a fast tokenizer (no character offsets), or image spans that do not
-            match the images (see `spans`).
+            processor without a fast tokenizer (no character offsets), image spans that do not
+            match the images (see `spans`), or a non-PIL image where `image_inputs` resizes to a
+            square.
     """
     if not requests:
         raise UserInputError("no samples to capture")
     rendered = [render(processor, request) for request in requests]
     images = [list(request.images) for request in requests]
+    has_images = any(images)
+    call_kwargs = {}
+    if image_inputs is not None and has_images:
+        images = [[image_inputs.transform(image) for image in sample] for sample in images]
+        if image_inputs.call_kwargs:
+            call_kwargs["images_kwargs"] = image_inputs.images_kwargs()
+        if image_inputs.lone_images:
+            images = [image for sample in images for image in sample]
     if not getattr(processor.tokenizer, "is_fast", False):
         raise UserInputError("head capture needs a fast tokenizer (character offsets); load it with use_fast=True")
     texts = [text for text, _ in rendered]
     bos = processor.tokenizer.bos_token
     encoded = processor(
         text=texts,
-        images=images if any(images) else None,
+        images=images if has_images else None,
         padding=True,
         padding_side="right",
         # As ProcessorMixin.apply_chat_template: a template that writes the BOS gets no second one.
@@ -87,6 +108,7 @@ def encode_requests(processor, requests: Sequence[CaptureRequest], image_token_i
         return_offsets_mapping=True,
         return_text_replacement_offsets=True,
         return_tensors="pt",
+        **call_kwargs,
     )
     offsets = encoded.pop("offset_mapping")
     replacements = encoded.pop("text_replacement_offsets")

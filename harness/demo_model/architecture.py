@@ -28,6 +28,9 @@ ANSWER_WORDS = ("A", "B", "C", "D", "Yes", "No")
 # finding in fewer steps, but each step costs 1.5-2x as long on one CPU thread.
 DEMO_SIZES = TextSizes.from_overrides(num_hidden_layers=4, num_attention_heads=6, num_key_value_heads=6, head_dim=16)
 VOCAB_SIZE = 900
+# The toy images' side in pixels: the demo model sees each as 4 visual tokens (declared in its
+# processor_config.json, `checkpoint.declare_image_side`).
+DEMO_IMAGE_SIDE = 64
 # Qwen3-VL's RoPE base of 5e6 suits head dimension 128; with 16 dimensions (8 frequencies) only
 # three rotate noticeably over a 200-token prompt, and text-only option finding leaves chance ~300
 # steps later than with base 1e4 (measured side by side on 24,000 fresh records: 0.78 vs 0.45 at step 1,000).

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from harness.constants import DECLARED_SIDE_KEY
+from harness.demo_model.architecture import DEMO_IMAGE_SIDE
 from harness.demo_model.measure import EVAL_WORLD_SEED, evaluate_demo, evaluation_draw
 from harness.demo_model.train import TrainingRecipe, train_demo_model
 from icir_common import UserInputError, atomic_output_dir
@@ -97,6 +99,18 @@ The full recipe (toy world, sample pools, curriculum, optimiser, sizes) is in `{
 """
 
 
+def declare_image_side(folder: Path, side: int) -> None:
+    """Record in ``folder/processor_config.json`` the per-image side the model was trained on.
+
+    ``hf-multimodal-heads`` then feeds the model images of that side without a flag
+    (`harness.lm_eval_plugin.model.declared_image_side`): the demo model's 64 px toy images.
+    """
+    path = folder / "processor_config.json"
+    config = json.loads(path.read_text())
+    config[DECLARED_SIDE_KEY] = side
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
 def train_and_save(out: str | Path, seed: int = 0, overwrite: bool = False,
                    recipe: TrainingRecipe = TrainingRecipe(), evaluation_samples: int = 200) -> dict:
     """Train a demo model with `seed` and write its checkpoint folder `out` (see the module docstring).
@@ -115,6 +129,7 @@ def train_and_save(out: str | Path, seed: int = 0, overwrite: bool = False,
         result = train_demo_model(seed, Path(work), recipe)
         result.model.save_pretrained(folder)
         result.processor.save_pretrained(folder)
+        declare_image_side(folder, DEMO_IMAGE_SIDE)
         draw = evaluation_draw(Path(work) / "evaluation", mcq_samples=evaluation_samples,
                                vhs_questions=evaluation_samples)
         evaluation = evaluate_demo(result.model, result.processor, draw).summary()

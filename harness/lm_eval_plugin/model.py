@@ -23,6 +23,7 @@ and the generated text); the head metrics are computed after lm-eval by `harness
 from __future__ import annotations
 
 import atexit
+import json
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -37,18 +38,29 @@ from tqdm import tqdm
 
 from harness.activation_store import ActivationStore
 from harness.capture import MODES, CaptureRequest, answer_token_ids
-from harness.capture.adapters import ADAPTERS, SUPPORTED_ARCHITECTURES, image_token_id, resolve_adapter
+from harness.capture.adapters import (
+    ADAPTERS,
+    SUPPORTED_ARCHITECTURES,
+    image_token_id,
+    resolve_adapter,
+)
 from harness.capture.engine import capture_encoded
+from harness.capture.image_inputs import resolve_image_inputs
 from harness.capture.inputs import encode_requests
 from harness.capture.readout import validate_positions
-from harness.constants import MODEL_NAME, STORE_FLUSH
+from harness.constants import DECLARED_SIDE_KEY, MODEL_NAME, STORE_FLUSH
 from harness.demo_model import default_model_path
 from harness.lm_eval_plugin.documents import DocInput, doc_input, group_by_doc
-from harness.lm_eval_plugin.generation import continue_greedy, greedy_settings, response_text
+from harness.lm_eval_plugin.generation import (
+    continue_greedy,
+    greedy_settings,
+    response_text,
+)
 from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
+from harness.metrics.writer import WriterProbeConfig
+from harness.protocol import PROTOCOL_POINTER_MODE, model_identity, text_sha256
 from icir_common import UserInputError
 
-PAPER_IMAGE_BUDGET = 448
 CAPTURED_FIELDS = ("pointer", "pointer_eq3", "head_output", "image_embeds")
 
 
@@ -83,22 +95,33 @@ def check_architecture(pretrained: str, revision: str | None, trust_remote_code:
         )
 
 
-def apply_image_budget(processor, side: int | None) -> int | None:
-    """Fix the per-image pixel budget to ``side x side`` for Qwen-style processors (App. A).
+def declared_image_side(pretrained: str) -> int | None:
+    """The per-image side a local model folder declares for itself (``processor_config.json``).
 
-    Qwen-style image processors (those emitting ``image_grid_thw``) resize within a pixel range;
-    App. A sets ``min_pixels = max_pixels = 448 x 448``. Other processors keep their native
-    resizing (InternVL's 448 x 448 tiles are already the paper's budget).
-
-    Returns:
-        The pixel count set, or None when the processor keeps its own resizing.
+    A model trained on other inputs than the protocol's (the shipped demo model: 64 px toy images)
+    declares its side under ``"icir_image_side"``, so it runs on what it was trained on without a
+    flag; the run's protocol record then marks the side as set by the model (off the protocol).
     """
-    image_processor = getattr(processor, "image_processor", None)
-    if side is None or "image_grid_thw" not in getattr(image_processor, "model_input_names", ()):
+    path = Path(pretrained) / "processor_config.json"
+    if not path.is_file():
         return None
-    pixels = int(side) * int(side)
-    image_processor.size = {"shortest_edge": pixels, "longest_edge": pixels}
-    return pixels
+    return json.loads(path.read_text()).get(DECLARED_SIDE_KEY)
+
+
+def image_side(image_budget: int | str | None, pretrained: str) -> tuple[int | None, str | None]:
+    """``(side, source)`` from the ``image_budget`` argument: a user side, else the model's
+    declared side, else ``(None, None)`` (the family's protocol default, `resolve_image_inputs`).
+
+    Raises:
+        UserInputError: an ``image_budget`` that is not a whole number of pixels.
+    """
+    if image_budget not in (None, "", "protocol"):
+        try:
+            return int(image_budget), "user"
+        except (TypeError, ValueError):
+            raise UserInputError(f"image_budget must be a side in pixels, got {image_budget!r}") from None
+    declared = declared_image_side(pretrained)
+    return (None, None) if declared is None else (int(declared), "model")
 
 
 @register_model(MODEL_NAME)
@@ -122,11 +145,19 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             stage, checked here against the model's shape.
         writer_probes: a writer-probe folder of an ICIR-MCQ run's artifacts (App. H voting B);
             used by the analysis stage, checked here.
+        writer_config, writer_<setting>: the writer probes' training settings (App. D): a JSON
+            file of `harness.metrics.writer.WriterProbeConfig` fields and/or single settings
+            (``writer_epochs``, ``writer_batch_size``, ``writer_lr``, ``writer_temperature``
+            (a number or ``learned``), ``writer_in_context_negatives``, ``writer_seed``,
+            ``writer_test_fraction``, ``writer_proj_dim``); used by the analysis stage, checked here.
         store: activation store folder (resumable); default a temporary folder removed at exit
             (data-parallel runs need a shared folder: pass one).
         store_flush: documents per store shard (a killed run recomputes at most this many).
-        image_budget: per-image side in pixels for Qwen-style processors (App. A: 448, so
-            ``min_pixels = max_pixels = 448*448``); ``none`` keeps the processor's own setting.
+        image_budget: per-image side in pixels; default: the family's protocol input (App. A,
+            App. J.1: Qwen ``min_pixels = max_pixels = 448*448``, InternVL one 448 x 448 tile,
+            LLaVA-OneVision a 384 px single tile, Pixtral 448 px, Gemma 3 its 896 px input;
+            `harness.capture.image_inputs`), or the side the model folder declares
+            (`declared_image_side`). Only families whose side may change take another.
         attn_implementation: the attention kernel the model runs on (``sdpa``, ``eager``,
             ``flash_attention_2``); the capture wraps it.
         max_length: ``hf-multimodal``'s argument; here a limit only: a document whose prompt
@@ -142,18 +173,20 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
     def __init__(
         self,
         pretrained: str | None = None,
-        pointer_mode: str = "exact",
+        pointer_mode: str = PROTOCOL_POINTER_MODE,
         readout: Any = "cattok",
         heads_ranking: str | None = None,
         writer_probes: str | None = None,
         store: str | None = None,
         store_flush: int = STORE_FLUSH,
-        image_budget: int | str | None = PAPER_IMAGE_BUDGET,
+        image_budget: int | str | None = None,
         attn_implementation: str = "sdpa",
         **kwargs,
     ) -> None:
         if pointer_mode not in MODES:
             raise UserInputError(f"pointer_mode {pointer_mode!r} is not one of {', '.join(MODES)}")
+        writer_arguments = {key: kwargs.pop(key) for key in list(kwargs) if key.startswith("writer_")}
+        self.writer_config = WriterProbeConfig.from_arguments(writer_arguments)  # fit by the analysis stage
         self.positions = parse_readout(readout)
         self.pointer_mode = pointer_mode
         if pretrained is None or isinstance(pretrained, str):
@@ -161,8 +194,10 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             check_architecture(pretrained, kwargs.get("revision"), bool(kwargs.get("trust_remote_code", False)))
         super().__init__(pretrained, attn_implementation=attn_implementation, **kwargs)
         self._use_accelerate_ranks()
-        budget = None if image_budget in (None, "none", "native") else int(image_budget)
-        self.image_pixels = apply_image_budget(self.processor, budget)
+        side, side_source = image_side(image_budget, str(self.pretrained))
+        self.image_call = resolve_image_inputs(self.processor, resolve_adapter(self.model), side)
+        if side_source == "model":
+            self.image_call.record["side_source"] = "model"
         text_config = self.model.config.get_text_config()
         self.n_layers, self.n_heads = int(text_config.num_hidden_layers), int(text_config.num_attention_heads)
         self.heads_ranking = None if heads_ranking is None else str(Path(heads_ranking).resolve())
@@ -194,15 +229,20 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         return path
 
     def capture_settings(self) -> dict[str, Any]:
-        """What every stored capture depends on (a store refuses records made otherwise)."""
+        """What every stored capture depends on (a store refuses records made otherwise): the
+        model's identity (weights sha256 or Hub commit), dtype, kernel, chat template, Eq. 3 variant,
+        readout positions, image inputs and shape (`harness.protocol` records them)."""
+        pretrained = str(self.pretrained) if isinstance(self.pretrained, str) else self.model.name_or_path
         return {
-            "model": str(self.pretrained) if isinstance(self.pretrained, str) else self.model.name_or_path,
+            "model": pretrained,
+            "identity": model_identity(pretrained, self.revision, getattr(self.model.config, "_commit_hash", None)),
+            "chat_template_sha256": text_sha256(getattr(self.processor, "chat_template", None)),
             "revision": self.revision,
             "dtype": str(self.model.dtype),
             "attn_implementation": self.model.config._attn_implementation,
             "eq3": "proxy_causal" if self.pointer_mode == "proxy_causal" else "proxy",
             "readout": list(self.positions),
-            "image_pixels": self.image_pixels,
+            "image_inputs": self.image_call.record,
             "layers": self.n_layers,
             "heads": self.n_heads,
         }
@@ -222,7 +262,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         requests = [CaptureRequest(doc.prompt, doc.images, doc.query_char_span) for doc in docs]
         image_token = image_token_id(self.model, resolve_adapter(self.model))
         try:
-            inputs, layouts = encode_requests(self.processor, requests, image_token)
+            inputs, layouts = encode_requests(self.processor, requests, image_token, self.image_call)
         except UserInputError as err:
             raise self._name_failing_document(docs, requests, image_token, err) from None
         if self._max_length:  # lm-eval's max_length, when given, is a limit: nothing is ever truncated
@@ -239,7 +279,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         """`err` prefixed with the task and document that raise it (each encoded alone to find it)."""
         for doc, request in zip(docs, requests):
             try:
-                encode_requests(self.processor, [request], image_token)
+                encode_requests(self.processor, [request], image_token, self.image_call)
             except UserInputError as alone:
                 return UserInputError(f"task {doc.task} doc {doc.doc_id} ({self.pretrained}): {alone}")
         names = ", ".join(f"{doc.task} doc {doc.doc_id}" for doc in docs)

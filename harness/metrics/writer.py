@@ -21,8 +21,11 @@ part of the ``eval`` samples as a ``test`` part for reporting.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import json
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,8 +52,10 @@ class WriterProbeConfig:
         lr: Adam learning rate (1e-3, App. D).
         batch_size: training batch (256, App. D; the paper used 128 for Qwen3-VL-8B).
         epochs: training epochs, each followed by checkpoint selection (not stated in the paper).
-        temperature: fixed InfoNCE temperature on the cosine scores (CLIP's initial 0.07; not
-            stated in the paper).
+        temperature: InfoNCE temperature on the cosine scores (CLIP's initial 0.07; not stated in
+            the paper); fixed, or the starting value when `learn_temperature`.
+        learn_temperature: train one temperature per head with the probe (CLIP's learned logit
+            scale, kept at most 100); R@1 ranks by the cosine, so it only shapes training.
         seed: seeds each head's initial weights and the shared batch order.
         in_context_negatives: add each training sample's own distractor images as negatives
             (needs ``candidates``).
@@ -66,6 +71,32 @@ class WriterProbeConfig:
     seed: int = 0
     in_context_negatives: bool = False
     test_fraction: float = 0.0
+    learn_temperature: bool = False
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> WriterProbeConfig:
+        """The settings of model arguments: ``writer_config=FILE`` (a JSON object of these fields)
+        and ``writer_<field>=value`` (which override the file); ``writer_temperature=learned``
+        learns it from 0.07. Other arguments are ignored.
+
+        Raises:
+            UserInputError: an unreadable file, an unknown field, or a value of the wrong type.
+        """
+        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        values: dict[str, Any] = {}
+        if arguments.get("writer_config"):
+            values.update(_read_config_file(str(arguments["writer_config"]), fields))
+        for key, value in arguments.items():
+            name = key.removeprefix("writer_")
+            if not key.startswith("writer_") or key in ("writer_config", "writer_probes"):
+                continue
+            if name == "temperature" and str(value).lower() == "learned":
+                values.update(learn_temperature=True, temperature=cls.temperature)
+                continue
+            if name not in fields:
+                raise UserInputError(f"unknown writer-probe setting {key!r}; known: writer_{', writer_'.join(fields)}")
+            values[name] = _typed(key, value, fields[name])
+        return cls(**values)
 
     def __post_init__(self) -> None:
         """Raise ``UserInputError`` for settings no fit can run with."""
@@ -80,6 +111,35 @@ class WriterProbeConfig:
             problems.append(f"test_fraction must be in [0, 1), got {self.test_fraction}")
         if problems:
             raise UserInputError("bad writer-probe settings: " + "; ".join(problems))
+
+
+def _typed(key: str, value: Any, kind: str) -> Any:
+    """`value` (a model argument, maybe a string) as the field type ``int``/``float``/``bool``."""
+    try:
+        if kind == "bool":
+            if isinstance(value, str):
+                if value.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(value)
+                return value.lower() in ("true", "1")
+            return bool(value)
+        if kind == "int" and (isinstance(value, float) or (isinstance(value, str) and not value.strip().isdigit())):
+            raise ValueError(value)
+        return {"int": int, "float": float}[kind](value)
+    except (TypeError, ValueError):
+        raise UserInputError(f"writer-probe setting {key}={value!r} is not of type {kind}") from None
+
+
+def _read_config_file(path: str, fields: Mapping[str, str]) -> dict[str, Any]:
+    try:
+        loaded = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"writer_config {path}: not a readable JSON file ({err})") from None
+    if not isinstance(loaded, dict):
+        raise UserInputError(f"writer_config {path}: expected a JSON object of writer-probe settings")
+    unknown = sorted(set(loaded) - set(fields))
+    if unknown:
+        raise UserInputError(f"writer_config {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+    return {name: _typed(f"{path}:{name}", value, fields[name]) for name, value in loaded.items()}
 
 
 @dataclass
@@ -257,9 +317,13 @@ class _ChunkTrainer:
             tensor.requires_grad_(True)
         # The fused kernel is one elementwise pass per tensor: per head, as chunk-independent as the unfused one.
         fused = torch.device(device).type in ("cpu", "cuda")
-        self.optimizer = torch.optim.Adam(self.probes.parameters(), lr=config.lr, fused=fused)
-        self.best = [p.detach().clone() for p in self.probes.parameters()]
         n = len(probes.heads)
+        # Per-head log inverse temperature (CLIP's logit scale); fixed unless it is learned.
+        self.log_scale = torch.full((n,), -math.log(config.temperature), device=device,
+                                    requires_grad=config.learn_temperature)
+        trained = self.probes.parameters() + ([self.log_scale] if config.learn_temperature else [])
+        self.optimizer = torch.optim.Adam(trained, lr=config.lr, fused=fused)
+        self.best = [p.detach().clone() for p in self.probes.parameters()]
         self.best_r1 = torch.full((n,), -1.0, dtype=torch.float64, device=device)
         self.best_epoch = torch.zeros(n, dtype=torch.int64, device=device)
 
@@ -280,7 +344,11 @@ class _ChunkTrainer:
             logits = torch.cat([logits, extra.masked_fill(~negative_mask, float("-inf"))], dim=-1)
         n, batch = logits.shape[:2]
         labels = torch.arange(batch, device=logits.device).repeat(n)
-        loss = F.cross_entropy(logits.reshape(n * batch, -1) / self.config.temperature, labels, reduction="none")
+        if self.config.learn_temperature:
+            scale = self.log_scale.clamp(max=math.log(100.0)).exp()[:, None, None]
+            loss = F.cross_entropy((logits * scale).reshape(n * batch, -1), labels, reduction="none")
+        else:
+            loss = F.cross_entropy(logits.reshape(n * batch, -1) / self.config.temperature, labels, reduction="none")
         self.optimizer.zero_grad(set_to_none=True)
         loss.view(n, batch).mean(dim=1).sum().backward()
         self.optimizer.step()

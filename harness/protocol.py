@@ -1,0 +1,181 @@
+"""The declared evaluation protocol ``icir-heads/1`` and the ``protocol.json`` every run writes.
+
+``icir-heads/1`` is the paper's settings as this package's defaults (docs/protocol.md lists each
+with its source): heads ranked by the Eq. 3 proxy (App. A; the exact score is reported beside
+it), read at the cattok (§3.2), per-family image inputs (App. A, App. J.1), writer probes of
+App. D, top-K votes at K in {1, 3, 5, 10, 20, 30} (App. H), greedy decoding stopped at the first
+yes/no (App. A), every document of each dataset (no ``--limit``).
+
+`protocol_record` gathers what a number depends on: every setting, the versions of this package
+and of transformers, torch, lm-eval and datasets, the model's identity (Hub id + commit, or a
+sha256 over its weight files), dtype and attention kernel, each dataset's fingerprint (a hash of
+the evaluated records), and the visual tokens per image; `deviations` lists every setting that
+is off the protocol, and a run with any says so in its table header and in the record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.constants import VOTE_KS
+from harness.metrics.writer import WriterProbeConfig
+
+PROTOCOL = "icir-heads/1"
+PROTOCOL_FILE = "protocol.json"
+PROTOCOL_POINTER_MODE = "proxy"
+PROTOCOL_READOUT = "cattok"
+PACKAGES = ("image-retrieval-heads", "transformers", "torch", "lm_eval", "datasets")
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def weights_sha256(folder: str | Path) -> str:
+    """sha256 over a model folder's weight files: each file's name and bytes, in name order.
+
+    Raises:
+        FileNotFoundError: the folder holds no weight file.
+    """
+    files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"{folder} holds no weight file ({', '.join(WEIGHT_SUFFIXES)})")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def model_identity(pretrained: str, revision: str | None, commit: str | None) -> dict[str, Any]:
+    """``{"pretrained", "source", "revision", "commit", "weights_sha256"}`` of a loaded model.
+
+    A local folder is identified by `weights_sha256`; a Hub id by its resolved commit (the
+    ``_commit_hash`` transformers records when it loads from the Hub).
+    """
+    local = Path(pretrained).expanduser()
+    if local.is_dir():
+        return {"pretrained": str(local.resolve()), "source": "local", "revision": revision, "commit": None,
+                "weights_sha256": weights_sha256(local)}
+    return {"pretrained": pretrained, "source": "hub", "revision": revision, "commit": commit, "weights_sha256": None}
+
+
+def text_sha256(text: str | None) -> str | None:
+    """sha256 of a text (the chat template), None for None."""
+    return None if text is None else hashlib.sha256(text.encode()).hexdigest()
+
+
+def versions() -> dict[str, str | None]:
+    """Installed versions of this package and the libraries a number depends on."""
+    found: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def dataset_fingerprint(fingerprints: Sequence[str]) -> str:
+    """sha256 over the evaluated documents' record fingerprints (prompt, span, pixels), in doc order."""
+    return hashlib.sha256("\n".join(fingerprints).encode()).hexdigest()
+
+
+def token_summary(counts: Sequence[int]) -> dict[str, float] | None:
+    """``{"min", "mean", "max"}`` of visual tokens per image, None without images."""
+    if not counts:
+        return None
+    return {"min": int(min(counts)), "mean": float(sum(counts) / len(counts)), "max": int(max(counts))}
+
+
+def protocol_settings(capture: Mapping[str, Any], model_args: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
+    """Every setting a run's numbers depend on: capture settings, analysis settings, lm-eval's config."""
+    limit = config.get("limit")  # lm-eval keeps a document count as a float
+    limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
+    return {
+        "pointer_mode": model_args.get("pointer_mode", PROTOCOL_POINTER_MODE),
+        "pointer_scores": {"exact": "Eq. 1 (the model's attention rows)", "eq3": f"Eq. 3 ({capture.get('eq3')})"},
+        "readout": list(capture.get("readout", [])),
+        "image_inputs": capture.get("image_inputs"),
+        "writer_config": dataclasses.asdict(WriterProbeConfig.from_arguments(model_args)),
+        "vote_ks": list(VOTE_KS),
+        "heads_ranking": model_args.get("heads_ranking"),
+        "writer_probes": model_args.get("writer_probes"),
+        "chat_template_sha256": capture.get("chat_template_sha256"),
+        "limit": limit,
+        "seeds": {key: config.get(key) for key in ("random_seed", "numpy_seed", "torch_seed", "fewshot_seed")},
+        "gen_kwargs": config.get("gen_kwargs"),
+    }
+
+
+def deviations(settings: Mapping[str, Any]) -> list[str]:
+    """Each setting of `settings` (`protocol_settings`) that differs from ``icir-heads/1``, as a line."""
+    found = []
+    if settings["pointer_mode"] != PROTOCOL_POINTER_MODE:
+        found.append(f"pointer_mode {settings['pointer_mode']} (protocol: {PROTOCOL_POINTER_MODE})")
+    if settings["readout"][:1] != [PROTOCOL_READOUT]:
+        found.append(f"reported readout {settings['readout'][:1]} (protocol: {PROTOCOL_READOUT})")
+    images = settings.get("image_inputs") or {}
+    if images.get("side_source") in ("user", "model"):
+        found.append(f"image side {images.get('side')} px set by the {images['side_source']} "
+                     f"(protocol: the {images.get('family')} family's own)")
+    default = dataclasses.asdict(WriterProbeConfig())
+    changed = {k: v for k, v in settings["writer_config"].items() if default.get(k) != v}
+    if changed:
+        found.append(f"writer probes {changed} (protocol: App. D defaults)")
+    if settings["limit"] is not None:
+        found.append(f"--limit {settings['limit']} (protocol: every document)")
+    if settings["gen_kwargs"]:
+        found.append(f"--gen_kwargs {settings['gen_kwargs']} (protocol: the tasks' own generation settings)")
+    return found
+
+
+def protocol_record(capture: Mapping[str, Any], model_args: Mapping[str, Any], results: Mapping[str, Any],
+                    datasets: Mapping[str, Any]) -> dict:
+    """The ``protocol.json`` of a run (module docstring).
+
+    Args:
+        capture: the activation store's capture settings (model identity, dtype, kernel, image
+            inputs, readout positions, chat-template hash).
+        model_args: the run's ``hf-multimodal-heads`` arguments.
+        results: lm-eval's results dict (its ``config``: limit, seeds, generation kwargs).
+        datasets: ``{task: {"documents", "fingerprint", "visual_tokens_per_image"}}``.
+    """
+    settings = protocol_settings(capture, model_args, results.get("config", {}))
+    off = deviations(settings)
+    return {
+        "protocol": PROTOCOL,
+        "on_protocol": not off,
+        "deviations": off,
+        "settings": settings,
+        "model": {
+            **(capture.get("identity") or {}),
+            "dtype": capture.get("dtype"),
+            "attn_implementation": capture.get("attn_implementation"),
+            "n_layers": capture.get("layers"),
+            "n_heads": capture.get("heads"),
+        },
+        "versions": versions(),
+        "datasets": dict(datasets),
+    }
+
+
+def header(record: Mapping[str, Any]) -> str:
+    """One line for the table header: the protocol, and what is off it."""
+    if record["on_protocol"]:
+        return f"protocol {record['protocol']} (the paper's settings)"
+    return f"protocol {record['protocol']}, OFF-PROTOCOL: " + "; ".join(record["deviations"])
+
+
+def write_protocol(folder: str | Path, record: Mapping[str, Any]) -> Path:
+    """Write `record` as ``folder/protocol.json`` (atomically); return the path."""
+    from icir_common import write_json
+
+    path = Path(folder) / PROTOCOL_FILE
+    write_json(path, json.loads(json.dumps(record)))
+    return path

@@ -1,0 +1,378 @@
+"""The protocol's per-image inputs (paper App. A, App. J.1): one adapter row per family.
+
+On the six tiny architectures, images of three aspect ratios (640x480, 480x640 and 500x500
+scaled by 1/10) get the same number of visual tokens per image for InternVL, LLaVA-OneVision,
+Pixtral and Gemma 3, in multi-image and single-image prompts alike, and the model accepts them;
+Qwen's count follows the pixel budget exactly as its smart-resize arithmetic (recomputed here)
+says. With the real checkpoints' processor sizes, the counts are the paper's: ~192 (Qwen3-VL),
+256 (InternVL), 1,485 (LLaVA-OneVision), 784 (Pixtral at 448 px) and 256 (Gemma 3). The old
+default call is shown to differ where the protocol matters (InternVL tiles, LLaVA-OneVision's
+multi-image path, Pixtral's aspect ratio).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from PIL import Image
+
+from harness.capture.adapters import (
+    ADAPTERS,
+    ModelAdapter,
+    image_token_id,
+    resolve_adapter,
+)
+from harness.capture.image_inputs import (
+    resolve_image_inputs,
+    square_resize,
+    token_count_summary,
+    visual_token_counts,
+)
+from harness.capture.inputs import CaptureRequest, encode_requests
+from harness.tiny_models import ARCHS, build_tiny, random_images
+from icir_common import UserInputError
+
+ASPECTS = ((640, 480), (480, 640), (500, 500))  # (width, height) px of the real-size checks
+TINY_ASPECTS = tuple((w // 10, h // 10) for w, h in ASPECTS)
+WIDE = (160, 48)  # 1600x480 / 10
+EQUAL_COUNT_ARCHS = ("internvl", "llava_onevision", "llava_pixtral", "gemma3")
+QWEN_ARCHS = ("qwen3_vl", "qwen2_5_vl")
+
+
+@functools.cache
+def tiny(arch: str):
+    model, processor = build_tiny(arch, seed=0)
+    return model, processor, resolve_adapter(model)
+
+
+def row(name: str) -> ModelAdapter:
+    return next(adapter for adapter in ADAPTERS if adapter.name == name)
+
+
+def aspect_images(sizes, seed: int = 0) -> list[Image.Image]:
+    return [random_images(1, seed + index, size=size)[0] for index, size in enumerate(sizes)]
+
+
+def requests(sizes) -> list[CaptureRequest]:
+    """A prompt with one image of each size, and a prompt holding only the first image."""
+    images = aspect_images(sizes)
+    prompt = " ".join(f"image {k}: <image>" for k in range(len(images))) + " Which one?"
+    return [CaptureRequest(prompt, images), CaptureRequest("<image> Alone.", images[:1])]
+
+
+def encode(arch: str, reqs, side=None, protocol: bool = True, processor=None):
+    model, tiny_processor, adapter = tiny(arch)
+    processor = processor or tiny_processor
+    call = resolve_image_inputs(processor, adapter, side) if protocol else None
+    inputs, layouts = encode_requests(processor, reqs, image_token_id(model, adapter), call)
+    return inputs, layouts, call
+
+
+def forward_accepts(arch: str, inputs) -> None:
+    model = tiny(arch)[0]
+    with torch.no_grad():  # raises when image features and image tokens disagree
+        logits = model(**inputs).logits
+    assert logits.shape[:2] == inputs["input_ids"].shape
+
+
+def expected_equal_count(arch: str, side: int | None) -> int:
+    model, processor, _ = tiny(arch)
+    if arch == "internvl":
+        return processor.image_seq_length  # one tile
+    if arch == "llava_onevision":  # base tile + one crop of p x p tokens + p newline tokens
+        p = model.config.vision_config.image_size // model.config.vision_config.patch_size
+        return 2 * p * p + p
+    if arch == "llava_pixtral":
+        return math.ceil(side / model.config.vision_config.patch_size) ** 2
+    return model.config.mm_tokens_per_image  # gemma3
+
+
+# --------------------------------------------------------------------------- the adapter table
+
+
+def test_every_row_declares_how_its_processor_is_called():
+    images = {adapter.name: adapter.images for adapter in ADAPTERS}
+    assert set(images) == set(ARCHS)
+    assert {name for name, spec in images.items() if spec.user_side} == {"qwen3_vl", "qwen2_5_vl", "llava_pixtral"}
+    assert {name for name, spec in images.items() if spec.square} == {"internvl", "llava_onevision", "llava_pixtral"}
+    assert {name for name, spec in images.items() if spec.lone_images} == {"llava_onevision"}
+    assert images["qwen3_vl"].side == images["qwen2_5_vl"].side == images["llava_pixtral"].side == 448
+    assert all(images[name].side is None for name in ("internvl", "llava_onevision", "gemma3"))
+    assert all(spec.source for spec in images.values())
+    assert len(set(ADAPTERS)) == len(ADAPTERS)  # rows stay hashable
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_protocol_record_is_json(arch):
+    _, processor, adapter = tiny(arch)
+    record = resolve_image_inputs(processor, adapter).record
+    assert json.loads(json.dumps(record)) == record
+    side = processor.image_processor.size["height"] if adapter.images.side is None else 448
+    assert record["family"] == arch and record["side"] == side
+    expected_kwargs = {
+        "qwen3_vl": {"size": {"shortest_edge": 448 * 448, "longest_edge": 448 * 448}},
+        "qwen2_5_vl": {"size": {"shortest_edge": 448 * 448, "longest_edge": 448 * 448}},
+        "internvl": {"crop_to_patches": False},
+        "llava_onevision": {},
+        "llava_pixtral": {"size": {"longest_edge": 448}},
+        "gemma3": {"do_pan_and_scan": False},
+    }[arch]
+    assert record["call_kwargs"] == expected_kwargs
+    assert record["side_source"] == ("processor" if adapter.images.side is None else "protocol")
+    assert record["square_resize"] == ("BICUBIC" if adapter.images.square else None)
+
+
+# --------------------------------------------------------------------------- equal counts
+
+
+@pytest.mark.parametrize("arch", EQUAL_COUNT_ARCHS)
+def test_every_image_gets_the_same_visual_token_count(arch):
+    side = 48 if arch == "llava_pixtral" else None  # Pixtral at 448 px works too, but is 784 tokens
+    inputs, layouts, _ = encode(arch, requests(TINY_ASPECTS + (WIDE,)), side)
+    counts = visual_token_counts(layouts)
+    expected = expected_equal_count(arch, side)
+    assert counts == [[expected] * 4, [expected]]
+    forward_accepts(arch, inputs)
+
+
+@pytest.mark.parametrize("arch", ["llava_onevision", "llava_pixtral"])
+def test_the_default_call_gives_images_different_counts(arch):
+    _, layouts, _ = encode(arch, requests(TINY_ASPECTS), protocol=False)
+    counts = [n for sample in visual_token_counts(layouts) for n in sample]
+    assert len(set(counts)) > 1, counts
+
+
+def test_llava_onevision_gives_every_image_its_base_tile_and_one_crop():
+    inputs, _, call = encode("llava_onevision", requests(TINY_ASPECTS))
+    tile = tiny("llava_onevision")[1].image_processor.size["height"]
+    assert call.side == tile and call.lone_images
+    assert tuple(inputs["pixel_values"].shape) == (4, 2, 3, tile, tile)  # 4 images x (base + 1 crop)
+    assert inputs["batch_num_images"].tolist() == [1, 1, 1, 1]
+    assert inputs["image_sizes"].tolist() == [[tile, tile]] * 4
+    _, default_layouts, _ = encode("llava_onevision", requests(TINY_ASPECTS), protocol=False)
+    assert visual_token_counts(default_layouts) == [[5, 5, 5], [24]]  # base tile only vs any-res
+
+
+# --------------------------------------------------------------------------- InternVL tiles
+
+
+def test_internvl_is_called_with_one_tile_per_image(monkeypatch):
+    image_processor = tiny("internvl")[1].image_processor
+    seen = []
+    original = type(image_processor)._preprocess
+
+    def recording(self, images, *args, **kwargs):
+        seen.append(kwargs.get("crop_to_patches"))
+        return original(self, images, *args, **kwargs)
+
+    monkeypatch.setattr(type(image_processor), "_preprocess", recording)
+    inputs, layouts, _ = encode("internvl", requests(TINY_ASPECTS + (WIDE,)))
+    assert seen == [False]
+    assert inputs["pixel_values"].shape[0] == 5  # 4 + 1 images, one tile each
+    assert visual_token_counts(layouts) == [[4, 4, 4, 4], [4]]
+
+
+def test_internvl_default_call_tiles_a_wide_image():
+    reqs = [CaptureRequest("<image> Wide.", aspect_images([WIDE]))]
+    inputs, layouts, _ = encode("internvl", reqs, protocol=False)
+    assert inputs["pixel_values"].shape[0] == 4  # 3 x 1 tiles + thumbnail
+    assert visual_token_counts(layouts) == [[16]]
+    image_processor = tiny("internvl")[1].image_processor
+    image_processor.crop_to_patches = False  # the attribute loses to the processor's call default
+    try:
+        inputs, _, _ = encode("internvl", reqs, protocol=False)
+    finally:
+        image_processor.crop_to_patches = True
+    assert inputs["pixel_values"].shape[0] == 4
+    inputs, layouts, _ = encode("internvl", reqs)
+    assert inputs["pixel_values"].shape[0] == 1 and visual_token_counts(layouts) == [[4]]
+
+
+# --------------------------------------------------------------------------- Qwen pixel budget
+
+
+def smart_resize_tokens(width: int, height: int, pixels: int, factor: int) -> int:
+    """Qwen2-VL's smart resize with min_pixels = max_pixels = `pixels`, recomputed: tokens."""
+    h_bar, w_bar = round(height / factor) * factor, round(width / factor) * factor
+    if h_bar * w_bar > pixels:
+        beta = math.sqrt(height * width / pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < pixels:
+        beta = math.sqrt(pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return (h_bar // factor) * (w_bar // factor)
+
+
+@pytest.mark.parametrize("arch", QWEN_ARCHS)
+def test_qwen_tokens_follow_the_pixel_budget(arch):
+    image_processor = tiny(arch)[1].image_processor
+    factor, merge = image_processor.patch_size * image_processor.merge_size, image_processor.merge_size
+    totals = []
+    for side in (64, 96):
+        inputs, layouts, call = encode(arch, requests(TINY_ASPECTS), side)
+        assert call.record["side_source"] == "user"
+        counts = visual_token_counts(layouts)
+        expected = [smart_resize_tokens(w, h, side * side, factor) for w, h in TINY_ASPECTS]
+        assert counts == [expected, expected[:1]]
+        grid = inputs["image_grid_thw"]
+        assert (grid.prod(-1) // merge**2).tolist() == expected + expected[:1]
+        totals.append(sum(expected))
+        forward_accepts(arch, inputs)
+    assert totals[1] > totals[0]
+
+
+# --------------------------------------------------------------------------- real processor sizes
+
+REAL_IMAGE_PROCESSORS = {
+    "qwen3_vl": (lambda: transformers.Qwen2VLImageProcessor(patch_size=16, merge_size=2), {}),
+    "qwen2_5_vl": (lambda: transformers.Qwen2VLImageProcessor(patch_size=14, merge_size=2), {}),
+    "internvl": (
+        lambda: transformers.GotOcr2ImageProcessor(
+            size={"height": 448, "width": 448}, crop_to_patches=True, max_patches=12
+        ),
+        {"image_seq_length": 256},
+    ),
+    "llava_onevision": (
+        transformers.LlavaOnevisionImageProcessor,  # its defaults: 384 px, pinpoints 384..2304
+        {"num_image_tokens": 729, "vision_feature_select_strategy": "full"},
+    ),
+    "llava_pixtral": (transformers.PixtralImageProcessor, {"patch_size": 16, "spatial_merge_size": 1}),
+    "gemma3": (
+        lambda: transformers.Gemma3ImageProcessor(size={"height": 896, "width": 896}),
+        {"image_seq_length": 256},
+    ),
+}
+# App. A: ~192 (Qwen3-VL), 256 (InternVL); App. J.2: ~1,485 (LLaVA-OneVision); Pixtral (448/16)^2.
+REAL_COUNTS = {
+    "qwen3_vl": [192, 192, 196],
+    "qwen2_5_vl": [234, 234, 256],
+    "internvl": [256] * 3,
+    "llava_onevision": [1485] * 3,
+    "llava_pixtral": [784] * 3,
+    "gemma3": [256] * 3,
+}
+
+
+def real_sized_processor(arch: str):
+    """The tiny processor's class and tokenizer with the real checkpoint's image processor sizes."""
+    tiny_processor = tiny(arch)[1]
+    make, extra = REAL_IMAGE_PROCESSORS[arch]
+    parts = {
+        "image_processor": make(),
+        "tokenizer": tiny_processor.tokenizer,
+        "chat_template": tiny_processor.chat_template,
+    }
+    if getattr(tiny_processor, "video_processor", None) is not None:
+        parts["video_processor"] = tiny_processor.video_processor
+    return type(tiny_processor)(**parts, **extra)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_real_processor_sizes_give_the_papers_token_counts(arch):
+    processor = real_sized_processor(arch)
+    _, layouts, call = encode(arch, requests(ASPECTS), processor=processor)
+    assert visual_token_counts(layouts) == [REAL_COUNTS[arch], REAL_COUNTS[arch][:1]]
+    assert call.side == {"internvl": 448, "llava_onevision": 384, "gemma3": 896}.get(arch, 448)
+    if arch in QWEN_ARCHS:
+        factor = processor.image_processor.patch_size * processor.image_processor.merge_size
+        assert REAL_COUNTS[arch] == [smart_resize_tokens(w, h, 448 * 448, factor) for w, h in ASPECTS]
+
+
+def test_real_internvl_default_call_makes_13_tiles_of_a_640x480_image():
+    processor = real_sized_processor("internvl")
+    reqs = [CaptureRequest("<image>", aspect_images(ASPECTS[:1]))]
+    inputs, layouts, _ = encode("internvl", reqs, protocol=False, processor=processor)
+    assert inputs["pixel_values"].shape[0] == 13 and visual_token_counts(layouts) == [[13 * 256]]
+    inputs, layouts, _ = encode("internvl", reqs, processor=processor)
+    assert inputs["pixel_values"].shape[0] == 1 and visual_token_counts(layouts) == [[256]]
+
+
+def test_gemma_pan_and_scan_stays_off():
+    processor = real_sized_processor("gemma3")
+    processor.image_processor.do_pan_and_scan = True  # a checkpoint configured for it
+    model, _, adapter = tiny("gemma3")
+    reqs = [CaptureRequest("<image>", aspect_images([(1600, 480)]))]
+    call = resolve_image_inputs(processor, adapter)
+    assert call.call_kwargs == {"do_pan_and_scan": False}
+    _, layouts = encode_requests(processor, reqs, image_token_id(model, adapter), call)
+    assert visual_token_counts(layouts) == [[256]]
+    panned = dataclasses.replace(call, call_kwargs={"do_pan_and_scan": True})
+    _, layouts = encode_requests(processor, reqs, image_token_id(model, adapter), panned)
+    assert visual_token_counts(layouts)[0][0] > 256  # the crops pan-and-scan would add
+
+
+# --------------------------------------------------------------------------- overrides and errors
+
+
+@pytest.mark.parametrize("arch", ["internvl", "llava_onevision", "gemma3"])
+def test_a_fixed_tile_takes_no_other_side(arch):
+    _, processor, adapter = tiny(arch)
+    own = processor.image_processor.size["height"]
+    assert resolve_image_inputs(processor, adapter, own).side == own  # its own side is accepted
+    with pytest.raises(UserInputError, match=rf"{arch} images are fixed at {own}x{own} px"):
+        resolve_image_inputs(processor, adapter, own + 16)
+
+
+@pytest.mark.parametrize("side", [0, -448, True, 4.5, "448"])
+def test_a_side_must_be_a_positive_integer(side):
+    _, processor, adapter = tiny("qwen3_vl")
+    with pytest.raises(UserInputError, match="positive number of pixels"):
+        resolve_image_inputs(processor, adapter, side)
+
+
+def test_overridable_sides_reach_the_call():
+    _, processor, adapter = tiny("llava_pixtral")
+    call = resolve_image_inputs(processor, adapter, np.int64(80))
+    assert call.side == 80 and call.call_kwargs == {"size": {"longest_edge": 80}}
+    assert call.transform(random_images(1, size=(64, 48))[0]).size == (80, 80)
+    assert call.images_kwargs() == call.call_kwargs and call.images_kwargs() is not call.call_kwargs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def test_square_resize_is_pil_bicubic_on_rgb():
+    image = random_images(1, seed=3, size=(64, 48))[0]
+    out = square_resize(image, 40)
+    assert out.size == (40, 40) and out.mode == "RGB"
+    assert np.array_equal(np.asarray(out), np.asarray(image.resize((40, 40), Image.Resampling.BICUBIC)))
+    rgba = Image.new("RGBA", (10, 20), (0, 0, 0, 0))  # transparent -> white, as do_convert_rgb
+    assert np.asarray(square_resize(rgba, 10)).min() == 255
+    assert square_resize(out, 40) is out
+    with pytest.raises(UserInputError, match="needs PIL images"):
+        square_resize(np.zeros((4, 4, 3), dtype=np.uint8), 4)
+
+
+def test_visual_token_counts_skip_markers_and_summarise():
+    _, layouts, _ = encode("llava_pixtral", requests(TINY_ASPECTS), 48)
+    counts = visual_token_counts(layouts)
+    assert counts == [[9, 9, 9], [9]]
+    span_lengths = [end - start for start, end in layouts[0].image_spans]
+    assert span_lengths == [11, 11, 11]  # 3 rows of 3 [IMG] with 2 [IMG_BREAK] between them
+    assert token_count_summary(counts) == {"images": 4, "min": 9, "mean": 9.0, "max": 9}
+    assert token_count_summary([3, 5]) == {"images": 2, "min": 3, "mean": 4.0, "max": 5}
+    assert token_count_summary([]) == {"images": 0, "min": None, "mean": None, "max": None}
+
+
+@pytest.mark.parametrize("arch", ["internvl", "llava_onevision"])
+def test_no_image_inputs_keeps_the_processor_defaults(arch):
+    model, processor, adapter = tiny(arch)
+    reqs = requests(TINY_ASPECTS)
+    old, _ = encode_requests(processor, reqs, image_token_id(model, adapter))
+    same, _ = encode_requests(processor, reqs, image_token_id(model, adapter), None)
+    assert torch.equal(old["input_ids"], same["input_ids"])
+    assert torch.equal(old["pixel_values"], same["pixel_values"])
+    text_only = [CaptureRequest("No image here.", [])]
+    inputs, layouts = encode_requests(
+        processor, text_only, image_token_id(model, adapter), resolve_image_inputs(processor, adapter)
+    )
+    assert "pixel_values" not in inputs and visual_token_counts(layouts) == [[]]
