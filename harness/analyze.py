@@ -26,7 +26,7 @@ from harness.constants import (
     WRITER_VOTE_METRICS,
 )
 from harness.metrics.writer import WriterProbeConfig
-from harness.protocol import PROTOCOL_POINTER_MODE, protocol_record, write_protocol
+from harness.protocol import PROTOCOL_POINTER_MODE, merged_token_summary, protocol_record, write_protocol
 from icir_common import UserInputError
 
 
@@ -119,6 +119,8 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
     summaries = {}
     for name, analysis in run.analyses.items():
         summaries[name] = summary(analysis, name)
+        tokens = [run.datasets[task]["visual_tokens_per_image"] for task in analysis.tasks]
+        summaries[name]["visual_tokens_per_image"] = merged_token_summary(tokens)
         if artifacts_dir is not None:
             write_artifacts(analysis, Path(artifacts_dir) / name, name, run.documents.get(name))
             write_protocol(Path(artifacts_dir) / name, record)
@@ -150,6 +152,9 @@ def format_summaries(summaries: dict[str, dict], artifacts_dir: str | Path | Non
             f"  {name:<16} {s['position']:<6} {pointer}  median {s['pointer_r1_median']:.3f}  "
             f"chance {s['chance_r1']:.3f}{writer}  exact~eq3 spearman {s['pointer_rank_spearman']:.2f}  top: {top}"
         )
+        tokens = s.get("visual_tokens_per_image")
+        if tokens:
+            lines.append(f"    visual tokens per image: min {tokens['min']}, mean {tokens['mean']:.1f}, max {tokens['max']}")
         lines.extend(f"    note: {note}" for note in s["notes"])
     if artifacts_dir is not None:
         lines.append(f"Artifacts (grids, rankings, per-document records, writer probes, plots): {artifacts_dir}")

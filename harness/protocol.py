@@ -87,10 +87,21 @@ def dataset_fingerprint(fingerprints: Sequence[str]) -> str:
 
 
 def token_summary(counts: Sequence[int]) -> dict[str, float] | None:
-    """``{"min", "mean", "max"}`` of visual tokens per image, None without images."""
+    """``{"images", "min", "mean", "max"}`` of visual tokens per image, None without images."""
     if not counts:
         return None
-    return {"min": int(min(counts)), "mean": float(sum(counts) / len(counts)), "max": int(max(counts))}
+    return {"images": len(counts), "min": int(min(counts)), "mean": float(sum(counts) / len(counts)),
+            "max": int(max(counts))}
+
+
+def merged_token_summary(summaries: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
+    """`token_summary` of several tasks' images together (a pooled group)."""
+    parts = [s for s in summaries if s]
+    if not parts:
+        return None
+    images = sum(s["images"] for s in parts)
+    return {"images": images, "min": min(s["min"] for s in parts),
+            "mean": sum(s["mean"] * s["images"] for s in parts) / images, "max": max(s["max"] for s in parts)}
 
 
 def protocol_settings(capture: Mapping[str, Any], model_args: Mapping[str, Any], config: Mapping[str, Any]) -> dict:

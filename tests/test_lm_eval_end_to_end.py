@@ -357,4 +357,5 @@ def test_protocol_record_holds_the_runs_actual_settings(shared, tiny):
     spans = [capture_heads(model, processor, d["prompt"], d["images"], tuple(d["cattok_char_span"])).image_spans
              for d in docs.select(range(3))]
     tokens = {end - start for doc_spans in spans for start, end in doc_spans}
-    assert dataset["visual_tokens_per_image"]["min"] == min(tokens) and dataset["visual_tokens_per_image"]["max"] == max(tokens)
+    assert dataset["visual_tokens_per_image"]["min"] == min(tokens) and dataset["visual_tokens_per_image"]["images"] == 5 * LIMIT
+    assert results_of(shared / "ref_mcq")["icir"]["summaries"]["icir_mcq_n5"]["visual_tokens_per_image"] == dataset["visual_tokens_per_image"]
