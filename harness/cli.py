@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "harness.eval_cli",
     "harness.demo",
     "harness.demo_model.cli",
+    "harness.report",
 )
 
 
