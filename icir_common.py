@@ -65,37 +65,219 @@ def write_json(path: str | os.PathLike, obj: Any, *, sort_keys: bool = False) ->
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=sort_keys) + "\n")
 
 
+BUILD_MARKER = ".icir-build.json"
+"""Marker file in every folder a builder publishes: ``{"kind": ...}``; ``--overwrite`` replaces
+only a folder holding the marker of the same kind."""
+
+_TMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-[^/]*$")
+
+
+def inside_root(root: str | os.PathLike, relative: str, what: str) -> Path:
+    """The file ``root/relative``, checked to lie inside ``root`` once resolved (symlinks too).
+
+    Every builder and validator opens the image and annotation paths it reads from a user's
+    files through this function. ``what`` names the file and record the path came from.
+
+    Raises:
+        UserInputError: ``relative`` is absolute, empty, or resolves outside ``root``.
+    """
+    if not isinstance(relative, str) or not relative or os.path.isabs(relative):
+        raise UserInputError(f"{what}: image path {relative!r} is not a path relative to {root}; "
+                             "fix or re-download the file")
+    base = Path(root).resolve()
+    candidate = (base / relative).resolve()
+    if candidate != base and base not in candidate.parents:
+        raise UserInputError(f"{what}: image path {relative!r} points outside {root} (to {candidate}); "
+                             "paths must stay inside their root, fix or re-download the file")
+    return candidate
+
+
+def check_relative(relative: object, what: str, root: str | os.PathLike) -> str:
+    """``relative`` if it is a non-empty relative path without ``..`` (no file-system access).
+
+    Raises:
+        UserInputError: otherwise, naming ``what`` (the file and record).
+    """
+    if (not isinstance(relative, str) or not relative or os.path.isabs(relative) or "\\" in relative
+            or ".." in Path(relative).parts or "\x00" in relative):
+        raise UserInputError(f"{what}: image path {relative!r} is not a plain path inside {root} "
+                             "(absolute, empty or with '..'); fix or re-download the file")
+    return relative
+
+
+def check_out_dir(out: str | os.PathLike, inputs: list[tuple[str, str | os.PathLike]]) -> Path:
+    """``out`` resolved, checked not to equal, contain or lie inside any input root.
+
+    ``inputs`` lists ``(option, root)`` pairs such as ``("--coco", coco_root)``.
+
+    Raises:
+        UserInputError: ``out`` overlaps an input root (an ``--overwrite`` would delete inputs).
+    """
+    resolved = Path(out).resolve()
+    for option, root in inputs:
+        root = Path(root).resolve()
+        if resolved == root or root in resolved.parents or resolved in root.parents:
+            relation = ("is" if resolved == root else "lies inside" if root in resolved.parents else "contains")
+            raise UserInputError(f"--out {out} {relation} the {option} input {root}; choose an --out folder "
+                                 "outside every input folder")
+    return resolved
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale(out: Path) -> None:
+    """Remove temporary siblings of ``out`` left by killed builds: ``.NAME.tmp-PID-*`` and
+    ``.NAME.old-PID-*`` whose creating process is gone (or whose pid was reused since)."""
+    try:
+        siblings = list(out.parent.iterdir())
+    except OSError:
+        return
+    for path in siblings:
+        match = _TMP_NAME.match(path.name)
+        if match is None or match.group("name") != out.name:
+            continue
+        pid = int(match.group("pid"))
+        stale = not _pid_alive(pid)
+        if not stale and pid != os.getpid():
+            with contextlib.suppress(OSError):  # pid reused: that process started after the folder changed
+                stale = os.stat(f"/proc/{pid}").st_mtime > path.lstat().st_mtime + 1
+        if stale:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
+def _os_error(err: OSError, out: Path) -> UserInputError:
+    where = err.filename or out
+    reason = err.strerror or str(err) or type(err).__name__
+    return UserInputError(f"cannot build {out}: {where}: {reason}; nothing was written (check the path, its "
+                          "permissions and free disk space)")
+
+
+def _check_overwrite(out: Path, kind: str) -> None:
+    if out.is_symlink() or not out.is_dir():
+        raise UserInputError(f"--out {out} exists and is not a folder; --overwrite replaces only a folder "
+                             "built earlier by the same command, choose another --out")
+    marker = out / BUILD_MARKER
+    try:
+        found = json.loads(marker.read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        found = None
+    if found != kind:
+        what = f"a {found} build" if found else f"no {BUILD_MARKER} marker"
+        raise UserInputError(f"--out {out} holds {what}, not an earlier {kind} build; --overwrite replaces only "
+                             f"such a folder, choose another --out or remove it yourself")
+
+
 @contextlib.contextmanager
-def atomic_output_dir(out: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into ``SystemExit`` (so cleanup runs) while the body runs, in the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _missing_ancestors(path: Path) -> list[Path]:
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out: str | os.PathLike, overwrite: bool = False, kind: str | None = None,
+                      inputs: list[tuple[str, str | os.PathLike]] = ()) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``out``; rename it to ``out`` on success.
 
     On any exception the temporary folder is removed and ``out`` is left as it was, so a
-    failed or killed build never leaves a half-written dataset behind.
+    failed or killed build never leaves a half-written dataset behind. The temporary folder is
+    named ``.NAME.tmp-PID-XXXX``; those of killed runs (dead pid) are removed by the next run.
+
+    With ``kind`` (the builders: ``icir_mcq``, ``vhs``, ``toy-corpus``, ``vhs-questions``) the
+    folder gets the marker ``BUILD_MARKER``, ``overwrite`` replaces only a folder holding the
+    marker of that kind, ``out`` may not overlap any of ``inputs`` (``(option, root)`` pairs), a
+    SIGTERM cleans up, and every ``OSError`` becomes one ``UserInputError`` naming the path.
 
     Raises:
-        UserInputError: ``out`` exists and ``overwrite`` is False.
+        UserInputError: ``out`` exists and ``overwrite`` is False (or it is not a build of
+            ``kind``), ``out`` overlaps an input, or (with ``kind``) the file system fails.
     """
     out = Path(out)
+    if kind is not None:
+        check_out_dir(out, list(inputs))
     if out.exists() and not overwrite:
         raise UserInputError(f"{out} already exists; pass --overwrite or choose another --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    # mkdtemp makes the folder private (0700); a published folder gets the usual umask mode.
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)
+    if out.exists() and kind is not None:
+        _check_overwrite(out, kind)
+    created = _missing_ancestors(out.parent)
+    tmp: Path | None = None
+    published = False
+    guard = _sigterm_raises() if kind is not None else contextlib.nullcontext()
     try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
+        with guard:
+            try:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                _sweep_stale(out)
+                tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
+                # mkdtemp makes the folder private (0700); a published folder gets the usual umask mode.
+                umask = os.umask(0)
+                os.umask(umask)
+                tmp.chmod(0o777 & ~umask)
+                yield tmp
+                if kind is not None:
+                    (tmp / BUILD_MARKER).write_text(json.dumps({"kind": kind}) + "\n", encoding="utf-8")
+                if out.exists():
+                    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
+                    old.rmdir()
+                    out.rename(old)
+                    try:
+                        tmp.rename(out)
+                    except BaseException:
+                        old.rename(out)
+                        raise
+                    published = True
+                    if old.is_dir() and not old.is_symlink():
+                        shutil.rmtree(old, ignore_errors=True)
+                    else:
+                        with contextlib.suppress(OSError):
+                            old.unlink()
+                else:
+                    tmp.rename(out)
+                    published = True
+            except OSError as err:
+                if kind is None:
+                    raise
+                raise _os_error(err, out) from err
+    finally:
+        if not published:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            for folder in created:  # the parents this call made, innermost first, if still empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
 
 
 # ---------------------------------------------------------------------------- head names

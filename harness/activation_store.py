@@ -8,21 +8,28 @@ reads them back; a killed run reopens the store and skips every document already
 
 Layout of a store folder::
 
-    capture_settings.json                  capture settings every record was made with
+    capture_settings.json                  capture settings every record was made with (written
+                                           once; a store with shards but no settings is refused)
     shards/<task>/r<rank>-<seq>.safetensors  records of one flush by one process
+    shards/<task>/r<rank>-<seq>.safetensors.sha256  its sha256, checked before it is read
 
 A shard holds tensors named ``<doc_id>/<field>`` and, in its safetensors metadata, ``records``:
 a JSON object ``{doc_id: record}``. Shards are written to a temporary name and renamed, so a
 killed process leaves only whole shards; at most the unflushed buffer (`flush_every` documents)
-is recomputed. Each process (data-parallel rank) writes its own shard names, and every process
+is recomputed. A shard whose bytes do not match its checksum (truncated, flipped, edited) is set
+aside with a warning and its documents are recomputed. The settings hold the model's identity
+(weights sha256 or Hub commit), so new weights at the same path never reuse old captures. Each process (data-parallel rank) writes its own shard names, and every process
 sees every shard, so a resumed run may use another number of processes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
+import warnings
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -39,6 +46,46 @@ from icir_common import UserInputError, atomic_file, write_json
 SETTINGS_FILE = "capture_settings.json"
 _SHARD_RE = re.compile(r"^r(\d+)-(\d+)\.safetensors$")
 _TASK_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+
+class CorruptShardWarning(UserWarning):
+    """A shard that failed its checksum or could not be read; its documents are recomputed."""
+
+
+def checksum_path(shard: Path) -> Path:
+    """The file holding `shard`'s sha256 (hex, one line), beside it."""
+    return shard.with_name(shard.name + ".sha256")
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _verified_records(shard: Path) -> dict[str, Any] | None:
+    """The shard's records if its bytes match its checksum and it reads; else None (set aside, warned)."""
+    checksum = checksum_path(shard)
+    problem = None
+    if not checksum.is_file():
+        problem = "has no checksum file"
+    elif file_sha256(shard) != checksum.read_text().strip():
+        problem = "does not match its checksum (changed or cut after it was written)"
+    else:
+        try:
+            with safe_open(shard, framework="pt") as handle:
+                return json.loads(handle.metadata()["records"])
+        except Exception as err:  # safetensors raises its own error types for damaged files
+            problem = f"cannot be read ({type(err).__name__}: {err})"
+    warnings.warn(f"activation store shard {shard} {problem}: its documents are recomputed", CorruptShardWarning,
+                  stacklevel=3)
+    for path in (shard, checksum):
+        with contextlib.suppress(FileNotFoundError):  # another process may have set it aside already
+            path.rename(path.with_name(f".corrupt-{path.name}"))
+    return None
 
 
 @dataclass(frozen=True)
@@ -83,6 +130,11 @@ class ActivationStore:
 
     def _check_settings(self) -> None:
         path = self.root / SETTINGS_FILE
+        if not path.exists() and any((self.root / "shards").rglob("*.safetensors")):
+            raise UserInputError(
+                f"activation store {self.root} holds captures but no {SETTINGS_FILE}: what they were made with "
+                f"cannot be proven, so they are not reused; pass another store=DIR or delete that folder"
+            )
         if path.exists():
             stored = json.loads(path.read_text())
             if stored != self.settings:
@@ -95,13 +147,19 @@ class ActivationStore:
             write_json(path, self.settings, sort_keys=True)
 
     def refresh(self) -> None:
-        """Index shards written since the last call (by this or any other process)."""
+        """Index shards written since the last call (by this or any other process).
+
+        Each shard is checked against its sha256 file first; a shard that fails (no checksum,
+        another checksum, unreadable) is set aside as ``.corrupt-<name>`` with a warning naming it,
+        and its documents are recomputed: nothing the store cannot prove is reused.
+        """
         for task_dir in sorted((self.root / "shards").iterdir()):
             for shard in sorted(task_dir.glob("r*-*.safetensors")):
                 if shard in self._seen_shards or not _SHARD_RE.match(shard.name):
                     continue
-                with safe_open(shard, framework="pt") as handle:
-                    records = json.loads(handle.metadata()["records"])
+                records = _verified_records(shard)
+                if records is None:
+                    continue
                 for doc_id, record in records.items():
                     self._index.setdefault((task_dir.name, int(doc_id)), (shard, record))
                 self._seen_shards.add(shard)
@@ -156,8 +214,10 @@ class ActivationStore:
             shard = task_dir / f"r{self.rank:03d}-{self._next_seq(task_dir):06d}.safetensors"
             tensors = {f"{doc_id}/{name}": t for doc_id, (_, ts) in docs.items() for name, t in ts.items()}
             records = {str(doc_id): record for doc_id, (record, _) in docs.items()}
-            with atomic_file(shard) as tmp:
+            with atomic_file(shard) as tmp:  # the checksum is in place before the shard appears
                 save_file(tensors, str(tmp), metadata={"records": json.dumps(records, sort_keys=True)})
+                with atomic_file(checksum_path(shard)) as sum_tmp:
+                    sum_tmp.write_text(file_sha256(tmp) + "\n")
             for doc_id, (record, _) in docs.items():
                 self._index.setdefault((task, doc_id), (shard, record))
             self._seen_shards.add(shard)

@@ -15,10 +15,12 @@ is off the protocol, and a run with any says so in its table header and in the r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
 import json
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,22 +36,50 @@ PACKAGES = ("image-retrieval-heads", "transformers", "torch", "lm_eval", "datase
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
+def cache_dir() -> Path:
+    """Where this package caches what is slow to recompute: ``$ICIR_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/image-retrieval-heads`` (``~/.cache/...``)."""
+    if os.environ.get("ICIR_CACHE_DIR"):
+        return Path(os.environ["ICIR_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "image-retrieval-heads"
+
+
+def _cached_file_sha256(path: Path, cache: dict) -> str:
+    """A file's sha256, reused from `cache` while its resolved path, size and mtime are unchanged."""
+    stat = path.stat()
+    key = str(path.resolve())
+    entry = cache.get(key)
+    if entry and entry["size"] == stat.st_size and entry["mtime_ns"] == stat.st_mtime_ns:
+        return entry["sha256"]
+    from harness.activation_store import file_sha256
+
+    cache[key] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
+    return cache[key]["sha256"]
+
+
 def weights_sha256(folder: str | Path) -> str:
-    """sha256 over a model folder's weight files: each file's name and bytes, in name order.
+    """sha256 over a model folder's weight files: the lines ``<name> <sha256 of the file>``, in name order.
+
+    Each file's sha256 is cached by resolved path, size and mtime (`cache_dir`), so a rerun does
+    not rehash gigabytes; new weights at the same path change size or mtime and are rehashed.
 
     Raises:
         FileNotFoundError: the folder holds no weight file.
     """
+    from icir_common import write_json
+
     files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
     if not files:
         raise FileNotFoundError(f"{folder} holds no weight file ({', '.join(WEIGHT_SUFFIXES)})")
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode() + b"\0")
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    cache_file = cache_dir() / "weights_sha256.json"
+    try:
+        cache = json.loads(cache_file.read_text())
+    except (OSError, ValueError):
+        cache = {}
+    lines = "".join(f"{path.name} {_cached_file_sha256(path, cache)}\n" for path in files)
+    with contextlib.suppress(OSError):  # a read-only home only costs the next run a rehash
+        write_json(cache_file, cache)
+    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 def model_identity(pretrained: str, revision: str | None, commit: str | None) -> dict[str, Any]:

@@ -23,10 +23,11 @@ from icir_mcq.features import FIELD_DOCS, icir_features
 from icir_mcq.hub_folder import render_card, write_config
 from icir_mcq.images import with_images
 from icir_mcq.mmniah import load_contexts
-from icir_mcq.sampling import EVAL_DIVISOR, CategoryReport, check_sample_count, sample_configs
+from icir_mcq.sampling import EVAL_DIVISOR, CategoryReport, check_sample_counts, sample_configs
 from icir_mcq.validate import BUILD_INFO, ValidationFailed, validate_icir_mcq
 
 CARD_TEMPLATE = "icir_mcq.md"
+BUILD_KIND = "icir_mcq"  # the kind in the folder's icir_common.BUILD_MARKER
 CARD_METADATA = {
     "pretty_name": "ICIR-MCQ",
     "license": "cc-by-4.0",
@@ -110,8 +111,10 @@ def build_icir_mcq(
     configs = list(dict.fromkeys(configs))
     if not configs:
         raise UserInputError("--configs is empty; give e.g. n5,n6")
-    for config in configs:
-        check_sample_count(config, samples)
+    check_sample_counts(configs, samples)
+    if categories is not None and not list(categories):
+        raise UserInputError("--categories is empty; give comma-separated COCO category names, or leave the option "
+                             "out to use every servable category")
     if seed < 0:
         raise UserInputError(f"--seed must be >= 0, got {seed}")
     if max_passage_chars is not None and max_passage_chars < 1:
@@ -121,7 +124,8 @@ def build_icir_mcq(
     coco_root = Path(coco_root).resolve()
     mmniah_files = [Path(f).resolve() for f in mmniah_files]
     seconds: dict[str, float] = {}
-    with atomic_output_dir(out, overwrite=overwrite) as tmp:
+    inputs = [("--coco", coco_root)] + [("--mmniah", f.parent) for f in mmniah_files]
+    with atomic_output_dir(out, overwrite=overwrite, kind=BUILD_KIND, inputs=inputs) as tmp:
         start = time.perf_counter()
         index = load_coco(coco_root)
         contexts = load_contexts(mmniah_files)

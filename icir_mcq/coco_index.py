@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pycocotools.coco import COCO
 
-from icir_common import UserInputError
+from icir_common import UserInputError, check_relative
 
 COCO_SPLITS = ("train2017", "val2017")
 
@@ -53,30 +53,83 @@ def annotation_path(coco_root: Path, kind: str, split: str) -> Path:
     return coco_root / "annotations" / f"{kind}_{split}.json"
 
 
-def read_coco_file(path: Path, required: tuple[str, ...]) -> COCO:
-    """One COCO annotation file read by ``pycocotools.coco.COCO`` (its progress lines silenced).
+# The record fields each list of an annotation file must have (docs/formats.md), by file kind.
+COCO_FIELDS = {
+    "instances": {"images": ("id", "file_name"), "annotations": ("id", "image_id", "category_id"),
+                  "categories": ("id", "name")},
+    "captions": {"images": ("id", "file_name"), "annotations": ("id", "image_id", "caption")},
+}
+_ID_FIELDS = ("id", "image_id", "category_id")
 
-    ``required`` names the top-level keys that must hold lists (``images``, ``annotations``...).
+
+def _file_kind(path: Path) -> str:
+    return "captions" if path.name.startswith("captions") else "instances"
+
+
+def read_coco_file(path: Path, required: tuple[str, ...] | None = None, kind: str | None = None) -> COCO:
+    """One COCO annotation file, checked, then indexed by ``pycocotools.coco.COCO`` (silenced).
+
+    ``kind`` (``instances`` or ``captions``; default from the file name) sets the lists and record
+    fields required (``COCO_FIELDS``); ``required`` may name the lists instead. A captions file may
+    not hold a ``categories`` list (pycocotools would then read its annotations as instances).
 
     Raises:
-        UserInputError: the file is missing, is not JSON, has a record pycocotools cannot index,
-            or lacks a required list; the message names the file.
+        UserInputError: the file is missing, is not JSON, is not a JSON object, lacks a required
+            list, has an extra ``categories`` key (captions), or a record that is not an object
+            with the required fields and int ids; the message names the file, list and record.
     """
+    kind = kind or _file_kind(path)
+    fields = dict(COCO_FIELDS[kind])
+    if required is not None:
+        fields = {key: fields.get(key, ()) for key in required}
     if not path.is_file():
         raise UserInputError(
             f"missing COCO annotation file {path}; --coco must be a COCO 2017 root holding "
             "annotations/{instances,captions}_{train,val}2017.json"
         )
     try:
-        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
-            coco = COCO(str(path))
+        with path.open("rb") as handle:
+            data = json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise UserInputError(f"malformed COCO annotation file {path}: not valid JSON ({err})") from err
-    except (KeyError, TypeError, AttributeError) as err:
-        raise UserInputError(f"malformed COCO annotation file {path}: bad record ({err!r}); re-download it") from err
-    missing = [key for key in required if not isinstance(coco.dataset.get(key), list)]
+    except OSError as err:
+        raise UserInputError(f"cannot read COCO annotation file {path}: {err.strerror or err}") from err
+    if not isinstance(data, dict):
+        raise UserInputError(f"malformed COCO annotation file {path}: the top level is a JSON {type(data).__name__}, "
+                             "not the object with images/annotations keys of a COCO file; re-download it")
+    missing = [key for key in fields if not isinstance(data.get(key), list)]
     if missing:
         raise UserInputError(f"malformed COCO annotation file {path}: no list under key(s) {', '.join(missing)}")
+    if kind == "captions" and "categories" in data:
+        raise UserInputError(f"malformed COCO annotation file {path}: extra key 'categories', which a captions file "
+                             "does not have (is it an instances file?); remove the key or re-download the file")
+    for key, needed in fields.items():
+        for number, record in enumerate(data[key]):
+            if not isinstance(record, dict):
+                raise UserInputError(f"malformed COCO annotation file {path}: {key}[{number}] is a "
+                                     f"{type(record).__name__}, not an object; re-download it")
+            absent = [name for name in needed if name not in record]
+            if absent:
+                raise UserInputError(f"malformed COCO annotation file {path}: {key}[{number}] "
+                                     f"(id {record.get('id')!r}) lacks key(s) {', '.join(absent)}; re-download it")
+            bad = [name for name in _ID_FIELDS if name in needed
+                   and (not isinstance(record[name], int) or isinstance(record[name], bool))]
+            if bad:
+                raise UserInputError(f"malformed COCO annotation file {path}: {key}[{number}] has a non-integer "
+                                     f"{', '.join(bad)} ({', '.join(repr(record[n]) for n in bad)}); re-download it")
+    ids: dict[int, int] = {}
+    for number, record in enumerate(data.get("images", [])):
+        first = ids.setdefault(record["id"], number)
+        if first != number:
+            raise UserInputError(f"malformed COCO annotation file {path}: image id {record['id']} is listed twice "
+                                 f"(images[{first}] and images[{number}]); image ids must be unique")
+    coco = COCO()
+    coco.dataset = data
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
+            coco.createIndex()
+    except (KeyError, TypeError, AttributeError, AssertionError) as err:
+        raise UserInputError(f"malformed COCO annotation file {path}: bad record ({err!r}); re-download it") from err
     return coco
 
 
@@ -103,20 +156,27 @@ def load_coco(coco_root: str | Path) -> CocoIndex:
     root = Path(coco_root)
     categories: dict[int, str] = {}
     image_files: dict[int, str] = {}
+    image_split: dict[int, str] = {}
     image_categories: dict[int, set[int]] = {}
     captions: dict[int, list[str]] = {}
     for split in COCO_SPLITS:
         path = annotation_path(root, "instances", split)
-        instances = read_coco_file(path, ("images", "annotations", "categories"))
+        instances = read_coco_file(path, kind="instances")
         record = None
         try:
             for record in instances.dataset["categories"]:
                 categories[int(record["id"])] = str(record["name"])
-            for record in instances.dataset["images"]:
+            for number, record in enumerate(instances.dataset["images"]):
                 if record["id"] in image_files:
-                    raise UserInputError(f"{path}: image id {record['id']} also appears in another split; "
-                                         "image ids must be unique")
-                image_files[record["id"]] = f"{split}/{record['file_name']}"
+                    raise UserInputError(f"{path}: image id {record['id']} (images[{number}]) is also listed in "
+                                         f"{annotation_path(root, 'instances', image_split[record['id']])}; "
+                                         "image ids must be unique across train2017 and val2017")
+                name = check_relative(record["file_name"], f"{path}: images[{number}] (id {record['id']}) file_name",
+                                      root / split)
+                image_files[record["id"]] = f"{split}/{name}"
+                image_split[record["id"]] = split
+        except UserInputError:
+            raise
         except (KeyError, TypeError, ValueError) as err:
             raise _malformed(path, "record", record, err) from err
         _check_known(path, "image", set(instances.imgToAnns), set(instances.imgs))
@@ -126,7 +186,7 @@ def load_coco(coco_root: str | Path) -> CocoIndex:
                 image_categories.setdefault(image_id, set()).add(category_id)
 
         path = annotation_path(root, "captions", split)
-        captions_coco = read_coco_file(path, ("images", "annotations"))
+        captions_coco = read_coco_file(path, kind="captions")
         _check_known(path, "image", set(captions_coco.imgToAnns), set(instances.imgs))
         try:
             for image_id, annotations in captions_coco.imgToAnns.items():

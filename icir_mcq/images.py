@@ -9,27 +9,47 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
-from icir_common import UserInputError
+from icir_common import UserInputError, inside_root
 from icir_mcq.features import FIELD_DOCS
 
 
-def read_image_bytes(coco_root: Path, relative: str) -> bytes:
-    """The bytes of ``coco_root/relative``, checked to be an image PIL can identify.
+def decode_image_file(path: Path) -> bytes:
+    """The bytes of image file ``path`` (a path checked by ``icir_common.inside_root``), fully decoded
+    once (``Image.load()``) so that a truncated or corrupt file is caught at build time.
 
     Raises:
-        UserInputError: the file is missing or is not a readable image.
+        UserInputError: the file is missing or does not decode completely.
     """
-    path = coco_root / relative
     try:
         data = path.read_bytes()
-        with Image.open(io.BytesIO(data)) as image:
-            image.verify()
     except FileNotFoundError as err:
         raise UserInputError(f"missing image file {path}; check --coco, or pass --no-embed-images "
                              "to store file names only") from err
-    except (OSError, SyntaxError, UnidentifiedImageError) as err:
-        raise UserInputError(f"unreadable image file {path}: {err}; re-download it") from err
+    except OSError as err:
+        raise UserInputError(f"cannot read image file {path}: {err.strerror or err}") from err
+    return check_image_bytes(data, str(path))
+
+
+def check_image_bytes(data: bytes, name: str) -> bytes:
+    """``data`` if it decodes completely as an image (``Image.load()``), else a ``UserInputError``
+    naming ``name`` (the file the bytes came from)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            image.load()
+    except (OSError, SyntaxError, ValueError, UnidentifiedImageError, Image.DecompressionBombError) as err:
+        raise UserInputError(f"unreadable image file {name}: {err}; re-download it") from err
     return data
+
+
+def read_image_bytes(coco_root: Path, relative: str, what: str | None = None) -> bytes:
+    """The bytes of ``coco_root/relative`` (checked to stay inside ``coco_root``), fully decoded.
+
+    ``what`` names the record the path came from (default: the COCO root).
+
+    Raises:
+        UserInputError: the path leaves the root, or the file is missing or not a readable image.
+    """
+    return decode_image_file(inside_root(coco_root, relative, what or f"COCO root {coco_root}"))
 
 
 def with_images(records: Iterable[dict], coco_root: Path, embed: bool) -> Iterator[dict]:
@@ -44,7 +64,10 @@ def with_images(records: Iterable[dict], coco_root: Path, embed: bool) -> Iterat
     """
 
     def value(relative: str) -> dict:
-        return {"bytes": read_image_bytes(coco_root, relative) if embed else None, "path": relative}
+        if not embed:  # nothing is read, but only checked paths are stored
+            inside_root(coco_root, relative, f"COCO root {coco_root}")
+            return {"bytes": None, "path": relative}
+        return {"bytes": read_image_bytes(coco_root, relative), "path": relative}
 
     for record in tqdm(records, desc="images", unit="sample", leave=False, disable=not embed):
         yield {key: [value(f) for f in record["image_files"]] if key == "images" else record[key] for key in FIELD_DOCS}

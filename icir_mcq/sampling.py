@@ -63,6 +63,28 @@ def check_sample_count(config: str, samples: int) -> None:
         )
 
 
+def check_sample_counts(configs: list[str], samples: int) -> None:
+    """:func:`check_sample_count` for every config at once: the hint names counts valid for all
+    of them (multiples of the lcm over the configs).
+
+    Raises:
+        UserInputError: ``samples`` cannot be balanced for at least one config.
+    """
+    steps = {config: math.lcm(n_choices_of(config), len(LETTERS)) for config in configs}
+    step = math.lcm(*steps.values()) if steps else 1
+    if samples >= step and samples % step == 0:
+        return
+    lower = max(samples, 0) // step * step
+    nearest = " or ".join(str(v) for v in (lower, lower + step) if v >= step)
+    if len(steps) == 1:
+        check_sample_count(configs[0], samples)
+    bad = [config for config, s in steps.items() if samples < s or samples % s]
+    need = ", ".join(f"{config} a multiple of {s}" for config, s in steps.items())
+    raise UserInputError(f"--samples {samples} cannot be balanced exactly for {', '.join(bad)}: {need} "
+                         f"(lcm(N positions, 4 letters)), so all of {', '.join(steps)} need a multiple of {step}; "
+                         f"try {nearest}")
+
+
 def normalise_option(text: str) -> str:
     """Comparison key for "no two options identical": case-folded, final period and spaces dropped."""
     return " ".join(text.split()).casefold().rstrip(". ")
@@ -307,8 +329,7 @@ def sample_configs(index: CocoIndex, contexts: list[Context], configs: list[str]
             MM-NIAH context with N+1 non-empty passages, a requested category that cannot be
             served, or no category at all that can.
     """
-    for config in configs:
-        check_sample_count(config, samples)
+    check_sample_counts(configs, samples)
     requested = resolve_categories(index, categories)
     pools = category_pools(index)
     passage_filter = PassageFilter(contexts)

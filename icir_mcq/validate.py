@@ -18,10 +18,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from icir_common import UserInputError
+from icir_common import UserInputError, inside_root
 from icir_mcq.coco_index import CocoIndex, load_coco
 from icir_mcq.features import FIELD_DOCS
 from icir_mcq.hub_folder import config_data_path
+from icir_mcq.images import check_image_bytes
 from icir_mcq.mentions import last_mention_span, mentions
 from icir_mcq.mmniah import Context, load_contexts, truncate_passage
 from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, option_line_span, render_mcq_prompt
@@ -59,18 +60,34 @@ class ValidationFailed(UserInputError):
 
 
 class _ImageDigests:
-    """sha256 of COCO image files, read once each (for comparing embedded bytes)."""
+    """sha256 of COCO image files, read once each (for comparing embedded bytes); every path goes
+    through ``icir_common.inside_root`` and every embedded image is fully decoded."""
 
     def __init__(self, coco_root: Path):
         self.coco_root = coco_root
         self._digests: dict[str, str | None] = {}
+        self._decoded: dict[str, str | None] = {}
 
     def digest(self, relative: str) -> str | None:
-        """Hex sha256 of ``coco_root/relative``, or None when there is no such file."""
+        """Hex sha256 of ``coco_root/relative``, or None when there is no such file inside the root."""
         if relative not in self._digests:
-            path = self.coco_root / relative
-            self._digests[relative] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+            try:
+                path = inside_root(self.coco_root, relative, f"COCO root {self.coco_root}")
+            except UserInputError:
+                path = None
+            self._digests[relative] = (hashlib.sha256(path.read_bytes()).hexdigest()
+                                       if path is not None and path.is_file() else None)
         return self._digests[relative]
+
+    def decode_problem(self, relative: str, data: bytes) -> str | None:
+        """Why the embedded bytes of ``relative`` do not decode completely, or None when they do."""
+        if relative not in self._decoded:
+            try:
+                check_image_bytes(data, f"{relative} (embedded)")
+                self._decoded[relative] = None
+            except UserInputError as err:
+                self._decoded[relative] = str(err)
+        return self._decoded[relative]
 
 
 def _passages_in_order(passages: list[str], source: Context, max_chars: int | None) -> bool:
@@ -104,6 +121,8 @@ def check_record(record: dict, n: int, index: CocoIndex, contexts: dict[str, Con
             problems.append(f"image {image_id}: stored path {image['path']!r} differs from image_files")
         elif embedded and (image["bytes"] is None or hashlib.sha256(image["bytes"]).hexdigest() != images.digest(image_file)):
             problems.append(f"image {image_id}: embedded bytes differ from {image_file} under the COCO root")
+        elif embedded and (problem := images.decode_problem(image_file, image["bytes"])) is not None:
+            problems.append(f"image {image_id}: {problem}")
         elif not embedded and image["bytes"] is not None:
             problems.append(f"image {image_id}: bytes embedded although the build used --no-embed-images")
     if len(set(image_ids)) != n:

@@ -19,6 +19,12 @@ def _mmniah(root: Path) -> Path:
     return root / "mm_niah" / "mm_niah_val" / "annotations" / "retrieval-image.jsonl"
 
 
+def _jsonl(tmp_path: Path) -> Path:
+    """An MM-NIAH file path in its own folder (--out may not lie inside the MM-NIAH file's folder)."""
+    (tmp_path / "mmniah").mkdir(exist_ok=True)
+    return tmp_path / "mmniah" / "retrieval-image.jsonl"
+
+
 def _annotations(root: Path, name: str) -> Path:
     return root / "coco" / "annotations" / name
 
@@ -117,7 +123,7 @@ def test_unreadable_image_file(toy_corpus_copy, tmp_path):
 
 
 def test_too_few_mmniah_contexts_with_enough_passages(toy_corpus, tmp_path):
-    short = tmp_path / "retrieval-image.jsonl"
+    short = _jsonl(tmp_path)
     short.write_text("".join(json.dumps({"id": k, "context": "One.\n<image>\nTwo.\n<image>\nThree.\n<image>\nFour."})
                              + "\n" for k in range(30)))
     message = _fails(toy_corpus, tmp_path / "out", "too few MM-NIAH contexts with 6 usable passages for n5",
@@ -126,7 +132,7 @@ def test_too_few_mmniah_contexts_with_enough_passages(toy_corpus, tmp_path):
 
 
 def test_contexts_whose_passages_all_name_the_category(toy_corpus, tmp_path):
-    starry = tmp_path / "retrieval-image.jsonl"
+    starry = _jsonl(tmp_path)
     starry.write_text(json.dumps({"id": 0, "context": "\n<image>\n".join(["A star."] * 9)}) + "\n")
     message = _fails(toy_corpus, tmp_path / "out", "category 'star' cannot be served for n5",
                      mmniah=[starry], categories=["star"])
@@ -134,7 +140,7 @@ def test_contexts_whose_passages_all_name_the_category(toy_corpus, tmp_path):
 
 
 def test_malformed_mmniah_line(toy_corpus, tmp_path):
-    bad = tmp_path / "retrieval-image.jsonl"
+    bad = _jsonl(tmp_path)
     lines = _mmniah(toy_corpus).read_text().splitlines()
     lines[6] = lines[6][:40]
     bad.write_text("\n".join(lines) + "\n")
@@ -144,7 +150,7 @@ def test_malformed_mmniah_line(toy_corpus, tmp_path):
 
 
 def test_missing_mmniah_file(toy_corpus, tmp_path):
-    _fails(toy_corpus, tmp_path / "out", "cannot read MM-NIAH file", mmniah=[tmp_path / "absent.jsonl"])
+    _fails(toy_corpus, tmp_path / "out", "cannot read MM-NIAH file", mmniah=[tmp_path / "mmniah" / "absent.jsonl"])
 
 
 def test_bad_options(toy_corpus, tmp_path):

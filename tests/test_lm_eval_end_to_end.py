@@ -344,7 +344,8 @@ def test_protocol_record_holds_the_runs_actual_settings(shared, tiny):
     model, processor = tiny
     template = hashlib.sha256(processor.chat_template.encode()).hexdigest()
     assert settings["chat_template_sha256"] == template
-    weights = hashlib.sha256(b"model.safetensors\0" + (shared / "model" / "model.safetensors").read_bytes())
+    weights_file = hashlib.sha256((shared / "model" / "model.safetensors").read_bytes()).hexdigest()
+    weights = hashlib.sha256(f"model.safetensors {weights_file}\n".encode())
     assert record["model"]["weights_sha256"] == weights.hexdigest() and record["model"]["source"] == "local"
     assert (record["model"]["n_layers"], record["model"]["n_heads"]) == (4, 4)
     assert record["model"]["dtype"] == "torch.float32" and record["model"]["attn_implementation"] == "sdpa"

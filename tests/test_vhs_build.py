@@ -169,7 +169,7 @@ def test_cli_builds_and_reports_user_errors(vhs_qa, toy_coco_root, tmp_path, cap
     assert _run_cli([*args, "--out", str(tmp_path / "ok"), "--sizes", "oracle,10", "--limit", "2", "--seed", "42"]) == 0
     assert re.search(r"single_needle_n1 +2 rows", capsys.readouterr().out)
     assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == [
-        "README.md", "multi_needle_n10", "single_needle_n1", "single_needle_n10"
+        ".icir-build.json", "README.md", "multi_needle_n10", "single_needle_n1", "single_needle_n10"
     ]
     with pytest.raises(UserInputError, match="haystack size 7: size file absent"):
         _run_cli([*args, "--out", str(tmp_path / "bad"), "--sizes", "1", "7"])

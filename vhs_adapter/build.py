@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from icir_common import UserInputError, atomic_output_dir
 from icir_mcq.hub_folder import render_card, write_config
-from icir_mcq.images import read_image_bytes
+from icir_mcq.images import decode_image_file
 from vhs_adapter.haystack import DEFAULT_SEED, build_haystack, resolve_image
 from vhs_adapter.question_files import (
     DEFAULT_SUBSET,
@@ -29,6 +29,7 @@ from vhs_adapter.question_files import (
 from vhs_adapter.questions import TOOLKIT_PREFIX, parse_question, render_vhs_prompt
 
 CARD_TEMPLATE = "vhs.md"
+BUILD_KIND = "vhs"  # the kind in the folder's icir_common.BUILD_MARKER
 
 
 def vhs_features(embed_images: bool) -> datasets.Features:
@@ -101,12 +102,14 @@ def build_vhs(
         raise UserInputError(f"COCO root {coco_root} is not a folder; point --coco at the folder holding train2017/")
     if limit is not None and limit < 1:
         raise UserInputError(f"--limit must be at least 1, got {limit}")
-    size_files = select_size_files(resolve_vhs_root(vhs_dir), sizes, subset)
+    vhs_root = resolve_vhs_root(vhs_dir)
+    size_files = select_size_files(vhs_root, sizes, subset)
+    inputs = [("--coco", coco_root), ("--vhs", vhs_dir), ("--vhs", vhs_root)]
     features = vhs_features(embed_images)
     summary = VhsBuildSummary(out=out, seed=seed)
-    with atomic_output_dir(out, overwrite=overwrite) as folder:
+    with atomic_output_dir(out, overwrite=overwrite, kind=BUILD_KIND, inputs=inputs) as folder:
         for size_file in size_files:
-            entries = load_entries(size_file.path)[:limit]
+            entries = load_entries(size_file.path, size_file.kind)[:limit]
             skipped: list[int] = []
             records = _records(size_file, entries, coco_root, seed, embed_images, skip_unparsable, skipped)
             summary.rows[size_file.config] = write_config(folder, size_file.config, records, features)
@@ -155,7 +158,7 @@ def _records(
             "source_index": entry.index,
             "n_images": len(paths),
             "images": (
-                [{"bytes": read_image_bytes(path.parent, path.name), "path": rel}
+                [{"bytes": decode_image_file(path), "path": rel}
                  for path, rel in zip(paths, haystack.image_files)]
                 if embed_images
                 else list(haystack.image_files)

@@ -12,22 +12,33 @@ from pathlib import Path
 from icir_mcq.cli import comma_list
 from icir_mcq.toy.worlds import WORLDS
 from vhs_adapter.haystack import DEFAULT_SEED
-from vhs_adapter.question_files import DEFAULT_SIZES, DEFAULT_SUBSET, ORACLE
-from vhs_adapter.toy_questions import write_toy_vhs_questions
+from vhs_adapter.question_files import DEFAULT_SIZES, DEFAULT_SUBSET, ORACLE, SUBSETS
+from vhs_adapter.toy_questions import check_toy_vhs_options, write_toy_vhs_questions_into
 
 
 def _toy_corpus(args: argparse.Namespace) -> int:
     from icir_mcq.toy import write_toy_corpus
 
+    # Every option is checked before anything is written; the VHs question files are written into
+    # the corpus' temporary folder, so the whole corpus appears at once or not at all.
+    sizes = tuple(args.vhs_sizes)
+    if sizes:
+        check_toy_vhs_options(sizes, args.vhs_per_size)
+    written = []
+
+    def add_vhs(root: Path) -> None:
+        written.append(write_toy_vhs_questions_into(root / "coco", root / "VHs_qa", seed=args.seed, sizes=sizes,
+                                                    per_size=args.vhs_per_size))
+
     corpus = write_toy_corpus(args.out, args.images, seed=args.seed, image_files=not args.no_image_files,
-                              overwrite=args.overwrite, world=args.world)
+                              overwrite=args.overwrite, world=args.world, finish=add_vhs if sizes else None)
     print(f"toy corpus in {corpus.root}: {corpus.n_train} train2017 + {corpus.n_val} val2017 images "
           f"({'with' if corpus.image_files else 'without'} image files), {corpus.n_instances} instances, "
           f"{corpus.n_captions} captions, {corpus.n_contexts} MM-NIAH contexts")
     print(f"  --coco {corpus.coco_root} --mmniah {corpus.mmniah_file}")
-    if args.vhs_sizes:
-        vhs = write_toy_vhs_questions(corpus.coco_root, corpus.root, seed=args.seed, sizes=tuple(args.vhs_sizes),
-                                      per_size=args.vhs_per_size)
+    if written:
+        vhs = written[0]
+        vhs.root = corpus.root / "VHs_qa"
         print(vhs)
         print(f"  --vhs {vhs.root} --coco {corpus.coco_root}")
     return 0
@@ -45,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                           "world, 9 categories each in its own colour, distinct per image, one caption per shape "
                           "naming it and the background")
     toy.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    toy.add_argument("--vhs-sizes", type=lambda text: [int(n) for n in comma_list(text)], default=[1, 2, 3, 5, 10],
+    toy.add_argument("--vhs-sizes", type=_toy_sizes, default=[1, 2, 3, 5, 10],
                      help="haystack sizes N of the Visual Haystacks question files written into OUT/VHs_qa "
                           "(comma list, default 1,2,3,5,10; empty for none)")
     toy.add_argument("--vhs-per-size", type=int, default=20, help="VHs questions per file (even; default 20)")
@@ -68,12 +79,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"(default: those of {','.join(map(str, DEFAULT_SIZES))} that have a file)",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed for filler choice and order (default 42)")
-    parser.add_argument("--subset", default=DEFAULT_SUBSET, help="single-needle subset folder (default VHs_large)")
+    parser.add_argument("--subset", default=DEFAULT_SUBSET, help=f"single-needle subset folder, one of {', '.join(SUBSETS)} (default {DEFAULT_SUBSET})")
     parser.add_argument("--no-embed-images", action="store_true", help="store relative image paths, not image bytes")
     parser.add_argument("--skip-unparsable", action="store_true", help="skip questions matching no template")
     parser.add_argument("--limit", type=int, help="keep the first K entries of each question file")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     parser.set_defaults(func=_run)
+
+
+def _toy_sizes(text: str) -> list[int]:
+    try:
+        return [int(n) for n in comma_list(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma list of haystack sizes: {text!r}") from None
 
 
 def _sizes(text: str) -> list[int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from icir_common import UserInputError
+from icir_common import UserInputError, inside_root
 from vhs_adapter.question_files import NEEDLE_KINDS, SizeFile, VHsEntry
 
 DEFAULT_SEED = 42  # paper App. A
@@ -62,11 +62,20 @@ def resolve_image(coco_root: Path, relative: str, size_file: SizeFile, entry: VH
     Paths are relative to the COCO root (``train2017/…``); the toolkit's default config instead
     points its image root at the folder holding ``coco/``, so the parent is tried second.
 
+    Either way the file must resolve (symlinks included) inside the COCO root.
+
     Raises:
-        UserInputError: the image exists under neither; names the file, entry and path.
+        UserInputError: the path leaves the COCO root, or the image exists under neither; names
+            the file, entry and path.
     """
-    for base in (coco_root, coco_root.parent):
-        candidate = base / relative
+    what = f"{size_file.path}: entry {entry.index}"
+    candidate = inside_root(coco_root, relative, what)
+    if os.path.isfile(candidate):
+        return candidate
+    # Via the parent, only paths that lead back into the COCO root ("coco/train2017/...").
+    first = Path(relative).parts[0] if Path(relative).parts else ""
+    if first == Path(coco_root).resolve().name:
+        candidate = inside_root(coco_root, str(Path(*Path(relative).parts[1:])), what)
         if os.path.isfile(candidate):
             return candidate
     raise UserInputError(

@@ -18,12 +18,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from icir_common import UserInputError
+from icir_common import UserInputError, check_relative
 
 SINGLE_NEEDLE = "single_needle"
 MULTI_NEEDLE = "multi_needle"
 NEEDLE_KINDS = (SINGLE_NEEDLE, MULTI_NEEDLE)
 DEFAULT_SUBSET = "VHs_large"
+SUBSETS = (DEFAULT_SUBSET, "VHs_small")  # the toolkit's two single-needle subsets
 # The haystack sizes of the paper (§4.3, §6.1, App. C.3) and of the toolkit's default config.
 DEFAULT_SIZES = (1, 2, 3, 5, 10, 20, 50, 100)
 ORACLE = "oracle"
@@ -100,8 +101,11 @@ def select_size_files(vhs_root: Path, sizes: list[int] | None, subset: str = DEF
     A requested size is built for each kind whose file exists.
 
     Raises:
-        UserInputError: a requested size has no file of either kind, or nothing is left to build.
+        UserInputError: ``subset`` is not one of ``SUBSETS``, a requested size has no file of
+            either kind, or nothing is left to build.
     """
+    if subset not in SUBSETS:
+        raise UserInputError(f"--subset {subset!r} is not a Visual Haystacks subset; use one of {', '.join(SUBSETS)}")
     available = available_size_files(vhs_root, subset)
     present = {size_file.size for size_file in available}
     if sizes is None:
@@ -124,13 +128,15 @@ def select_size_files(vhs_root: Path, sizes: list[int] | None, subset: str = DEF
     return chosen
 
 
-def load_entries(path: Path) -> list[VHsEntry]:
-    """Read and validate every entry of one question file.
+def load_entries(path: Path, kind: str | None = None) -> list[VHsEntry]:
+    """Read and validate every entry of one question file of needle ``kind`` (None: unchecked).
 
     Raises:
-        UserInputError: unreadable or malformed JSON, a top level that is not a list, or an entry
-            without a non-empty ``pos_image`` list, a ``neg_image`` list, a question, or a
-            "yes"/"no" answer; the message names the file and the entry index.
+        UserInputError: unreadable or malformed JSON, a top level that is not a non-empty list, or
+            an entry without a non-empty ``pos_image`` list (exactly one image for single-needle
+            files), a ``neg_image`` list, a question, or a "yes"/"no" answer; an image path that is
+            absolute or has ``..``; an image listed twice in one haystack; an entry repeating an
+            earlier one. The message names the file and the entry index.
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -140,10 +146,20 @@ def load_entries(path: Path) -> list[VHsEntry]:
         raise UserInputError(f"{path}: malformed JSON ({err}); re-download the VHs question file") from err
     if not isinstance(data, list):
         raise UserInputError(f"{path}: expected a JSON list of entries, found {type(data).__name__}")
-    return [_entry(path, index, raw) for index, raw in enumerate(data)]
+    if not data:
+        raise UserInputError(f"{path}: the question file holds no entries (an empty list); re-download it")
+    entries = [_entry(path, index, raw, kind) for index, raw in enumerate(data)]
+    first: dict[tuple, int] = {}
+    for entry in entries:
+        key = (entry.question, entry.answer, entry.pos_image, tuple(sorted(entry.neg_image)))
+        earlier = first.setdefault(key, entry.index)
+        if earlier != entry.index:
+            raise UserInputError(f"{path}: entry {entry.index}: duplicate of entry {earlier} (same question, "
+                                 "answer and images); remove one or re-download the file")
+    return entries
 
 
-def _entry(path: Path, index: int, raw: object) -> VHsEntry:
+def _entry(path: Path, index: int, raw: object, kind: str | None = None) -> VHsEntry:
     def fail(problem: str) -> UserInputError:
         return UserInputError(f"{path}: entry {index}: {problem}")
 
@@ -152,12 +168,20 @@ def _entry(path: Path, index: int, raw: object) -> VHsEntry:
     pos = raw.get("pos_image")
     if not pos or not isinstance(pos, list) or not all(isinstance(p, str) for p in pos):
         raise fail("no pos_image (needs a non-empty list of needle image paths)")
+    if kind == SINGLE_NEEDLE and len(pos) != 1:
+        raise fail(f"a single-needle entry needs exactly one pos_image, found {len(pos)}")
     neg = raw.get("neg_image", [])
     if not isinstance(neg, list) or not all(isinstance(p, str) for p in neg):
         raise fail("neg_image must be a list of image paths")
+    for image in pos + neg:
+        check_relative(image, f"{path}: entry {index}", "the COCO root")
     overlap = sorted(set(pos) & set(neg))
     if overlap:
         raise fail(f"image {overlap[0]} is listed as both a needle (pos_image) and a filler (neg_image)")
+    for name, images in (("pos_image", pos), ("neg_image", neg)):
+        repeated = sorted({image for image in images if images.count(image) > 1})
+        if repeated:
+            raise fail(f"image {repeated[0]} is listed twice in {name}; every haystack image must be distinct")
     turns = raw.get("conversations")
     if not isinstance(turns, list) or len(turns) < 2 or not all(isinstance(t, dict) for t in turns[:2]):
         raise fail("conversations must hold the question turn and the answer turn")

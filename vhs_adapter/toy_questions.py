@@ -117,6 +117,23 @@ class ToyVHsSummary:
         return "\n".join(lines)
 
 
+BUILD_KIND = "vhs-questions"  # the kind in the folder's icir_common.BUILD_MARKER
+
+
+def check_toy_vhs_options(sizes: tuple[int, ...], per_size: int) -> tuple[int, ...]:
+    """The sorted distinct ``sizes``, after checking them and ``per_size`` (nothing is read).
+
+    Raises:
+        UserInputError: a size is not a positive integer, or ``per_size`` is not even and >= 2.
+    """
+    sizes = tuple(sorted(set(sizes)))
+    if not sizes or sizes[0] < 1:
+        raise UserInputError(f"haystack sizes must be positive integers, got {sizes}")
+    if per_size < 2 or per_size % 2:
+        raise UserInputError(f"per_size must be an even number >= 2 for 50/50 answers, got {per_size}")
+    return sizes
+
+
 def write_toy_vhs_questions(
     coco_root: Path,
     out_dir: Path,
@@ -129,36 +146,55 @@ def write_toy_vhs_questions(
 
     ``per_size`` questions (even, for the 50/50 balance) per file; multi-needle files for the
     sizes of at least ``MULTI_NEEDLE_MIN_SIZE``. Same inputs and seed give identical files.
+    ``VHs_qa`` is written atomically (see :func:`write_toy_vhs_questions_into`).
 
     Raises:
         UserInputError: missing COCO annotations, bad ``sizes``/``per_size``, or a corpus too small
             for the largest size (too few images lacking any usable anchor category).
     """
-    sizes = tuple(sorted(set(sizes)))
-    if not sizes or sizes[0] < 1:
-        raise UserInputError(f"haystack sizes must be positive integers, got {sizes}")
-    if per_size < 2 or per_size % 2:
-        raise UserInputError(f"per_size must be an even number >= 2 for 50/50 answers, got {per_size}")
-    coco_root = Path(coco_root)
-    corpus = _load_corpus(coco_root)
+    sizes = check_toy_vhs_options(sizes, per_size)
+    target = Path(out_dir) / "VHs_qa"
+    plan = _draw_questions(coco_root, seed, sizes, per_size)
+    with atomic_output_dir(target, overwrite=overwrite, kind=BUILD_KIND, inputs=[("coco_root", coco_root)]) as root:
+        summary = _write_questions(root, plan)
+    summary.root = target
+    return summary
+
+
+def write_toy_vhs_questions_into(
+    coco_root: Path,
+    root: Path,
+    seed: int = 0,
+    sizes: tuple[int, ...] = DEFAULT_TOY_SIZES,
+    per_size: int = DEFAULT_PER_SIZE,
+) -> ToyVHsSummary:
+    """Write the VHs question files into the folder ``root`` (the ``VHs_qa`` folder, e.g. a
+    temporary one that a caller publishes), not atomically. Same errors as
+    :func:`write_toy_vhs_questions`."""
+    return _write_questions(root, _draw_questions(coco_root, seed, check_toy_vhs_options(sizes, per_size), per_size))
+
+
+def _draw_questions(coco_root: Path, seed: int, sizes: tuple[int, ...], per_size: int) -> list:
+    corpus = _load_corpus(Path(coco_root))
     rng = np.random.default_rng(seed)
     single = _single_needle_questions(corpus, _answer_plan(per_size, rng), sizes[-1], rng)
     multi_sizes = [size for size in sizes if size >= MULTI_NEEDLE_MIN_SIZE]
     multi = _multi_needle_questions(corpus, _quantifier_plan(per_size, rng), multi_sizes[-1], rng) if multi_sizes else []
     small = _balanced_subset(single)
+    return [
+        (f"{SINGLE_NEEDLE}/{DEFAULT_SUBSET}", Path(SINGLE_NEEDLE, DEFAULT_SUBSET), single, sizes),
+        (f"{SINGLE_NEEDLE}/{SMALL_SUBSET}", Path(SINGLE_NEEDLE, SMALL_SUBSET), small, sizes),
+        (MULTI_NEEDLE, Path(MULTI_NEEDLE), multi, multi_sizes),
+    ]
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summary = ToyVHsSummary(root=out_dir / "VHs_qa")
-    with atomic_output_dir(summary.root, overwrite=overwrite) as root:
-        for name, folder, questions, file_sizes in (
-            (f"{SINGLE_NEEDLE}/{DEFAULT_SUBSET}", root / SINGLE_NEEDLE / DEFAULT_SUBSET, single, sizes),
-            (f"{SINGLE_NEEDLE}/{SMALL_SUBSET}", root / SINGLE_NEEDLE / SMALL_SUBSET, small, sizes),
-            (MULTI_NEEDLE, root / MULTI_NEEDLE, multi, multi_sizes),
-        ):
-            for size in file_sizes:
-                _write_json(folder / size_file_name(size), [question.entry(size) for question in questions])
-                summary.counts.setdefault(name, {})[size] = len(questions)
+
+def _write_questions(root: Path, plan: list) -> ToyVHsSummary:
+    root = Path(root)
+    summary = ToyVHsSummary(root=root)
+    for name, folder, questions, file_sizes in plan:
+        for size in file_sizes:
+            _write_json(root / folder / size_file_name(size), [question.entry(size) for question in questions])
+            summary.counts.setdefault(name, {})[size] = len(questions)
     return summary
 
 
@@ -169,7 +205,7 @@ def _load_corpus(coco_root: Path) -> _Corpus:
         path = annotation_path(coco_root, "instances", split)
         if not path.is_file():
             raise UserInputError(f"{path} not found; {coco_root} must hold the COCO 2017 annotations/ folder")
-        coco = read_coco_file(path, ("images", "annotations", "categories"))
+        coco = read_coco_file(path, kind="instances")
         names = {category["id"]: category["name"] for category in coco.loadCats(coco.getCatIds())}
         for image_id in sorted(coco.getImgIds()):
             categories = frozenset(names[ann["category_id"]] for ann in coco.imgToAnns[image_id])

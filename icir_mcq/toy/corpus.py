@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from icir_mcq.toy.shapes import BACKGROUNDS, CATEGORIES
 from icir_mcq.toy.worlds import get_world
 
 SPLITS = ("train2017", "val2017")
+BUILD_KIND = "toy-corpus"  # the kind in the folder's icir_common.BUILD_MARKER
 VAL_FRACTION = 0.04  # COCO 2017: 5,000 of 123,287 images
 MMNIAH_RELATIVE = Path("mm_niah/mm_niah_val/annotations/retrieval-image.jsonl")
 LICENSES = [{"id": 1, "name": "Attribution License (synthetic toy images)",
@@ -72,7 +74,8 @@ def _dump(path: Path, obj: dict) -> None:
 
 
 def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files: bool = True,
-                     image_size: int = 64, overwrite: bool = False, world: str = "standard") -> ToyCorpus:
+                     image_size: int = 64, overwrite: bool = False, world: str = "standard",
+                     finish: Callable[[Path], None] | None = None) -> ToyCorpus:
     """Generate a toy COCO 2017 + MM-NIAH corpus of ``n_images`` images under ``out``.
 
     Each image is ``image_size`` px square with 1-3 coloured shapes (categories in
@@ -80,7 +83,9 @@ def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files:
     (``icir_mcq.toy.worlds.WORLDS``: "standard" or "demo"). About 4% of the images (at least one
     when ``n_images >= 2``) go to val2017. Same ``seed`` gives byte-identical files; the
     annotation files do not depend on ``image_files``. Written atomically (temporary folder,
-    then rename).
+    then rename). ``finish``, when given, is called with the temporary root before it is published
+    (the ``toy-corpus`` command writes the VHs question files there), so its files are part of the
+    same atomic write.
 
     Raises:
         UserInputError: ``n_images < 1``, ``seed < 0``, an unknown `world`, or ``out`` exists and
@@ -108,7 +113,7 @@ def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files:
     document_rng = random.Random(f"{seed}:documents")
     n_contexts = n_contexts_for(n_images)
 
-    with atomic_output_dir(out, overwrite=overwrite) as tmp:
+    with atomic_output_dir(out, overwrite=overwrite, kind=BUILD_KIND) as tmp:
         annotations_dir = tmp / "coco" / "annotations"
         annotations_dir.mkdir(parents=True)
         epoch = datetime.datetime(2013, 1, 1)
@@ -161,6 +166,8 @@ def write_toy_corpus(out: str | Path, n_images: int, seed: int = 0, image_files:
         mmniah_file.parent.mkdir(parents=True)
         mmniah_file.write_text(
             "".join(json.dumps(make_record(document_rng, k)) + "\n" for k in range(n_contexts)), encoding="utf-8")
+        if finish is not None:
+            finish(tmp)
     root = Path(out)
     return ToyCorpus(root=root, coco_root=root / "coco", mmniah_file=root / MMNIAH_RELATIVE,
                      n_train=n_images - n_val, n_val=n_val, n_instances=len(category_of),
