@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,37 @@ def annotate_samples(samples: dict[str, list[dict]], run: RunAnalysis) -> None:
                 sample.update({key: value for key, value in row.items() if key != "doc_id"})
 
 
-def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Path | None) -> dict[str, dict]:
+def _same_run(old: dict, new: dict, tasks: list[str]) -> bool:
+    """Whether two protocol records describe the same run of `tasks` (settings, model, documents)."""
+    def key(record):
+        return (record["settings"], {k: record["model"].get(k) for k in ("weights_sha256", "commit", "dtype")},
+                {task: record["datasets"].get(task) for task in tasks})
+    return key(old) == key(new)
+
+
+def _check_unit_folder(folder: Path, record: dict, tasks: list[str], overwrite: bool) -> None:
+    """Refuse to mix this run into another run's artifact folder; with `overwrite`, remove the old one."""
+    from harness.protocol import PROTOCOL_FILE
+
+    old_file = folder / PROTOCOL_FILE
+    if not folder.exists():
+        return
+    try:
+        same = _same_run(json.loads(old_file.read_text()), json.loads(json.dumps(record)), tasks)
+    except (OSError, ValueError, KeyError, TypeError):
+        same = False
+    if same:
+        return
+    if not overwrite:
+        raise UserInputError(
+            f"{folder} holds the artifacts of another run (other settings, model or documents); pass --overwrite "
+            f"(icir eval / icir analyze) to replace that folder, or choose another --output_path"
+        )
+    shutil.rmtree(folder)
+
+
+def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Path | None,
+                    overwrite: bool = False) -> dict[str, dict]:
     """Run the analysis stage on lm-eval's `results`; add metrics, samples' records, artifacts.
 
     Args:
@@ -103,6 +134,7 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
         model_args: the ``hf-multimodal-heads`` arguments of the run (``store``,
             ``heads_ranking``, ``writer_probes``).
         artifacts_dir: folder of the per-unit artifact folders, or None for none.
+        overwrite: replace a unit folder that holds another run's artifacts (else refused).
 
     Returns:
         ``{task or group name: summary}`` (`artifacts.summary`); the run's protocol record
@@ -110,12 +142,16 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
         ``artifacts_dir/<unit>/protocol.json``.
 
     Raises:
-        UserInputError: see `run_spec` and `analysis.analyse_run`.
+        UserInputError: see `run_spec` and `analysis.analyse_run`; a unit folder of another run
+            without `overwrite` (checked for every unit before any is written).
     """
     spec = run_spec(results, model_args)
     settings = json.loads((spec.store / SETTINGS_FILE).read_text())
     run = analyse_run(spec, tuple(settings["readout"]), settings)
     record = protocol_record(settings, model_args, results, run.datasets)
+    if artifacts_dir is not None:
+        for name, analysis in run.analyses.items():
+            _check_unit_folder(Path(artifacts_dir) / name, record, analysis.tasks, overwrite)
     summaries = {}
     for name, analysis in run.analyses.items():
         summaries[name] = summary(analysis, name)
@@ -154,7 +190,8 @@ def format_summaries(summaries: dict[str, dict], artifacts_dir: str | Path | Non
         )
         tokens = s.get("visual_tokens_per_image")
         if tokens:
-            lines.append(f"    visual tokens per image: min {tokens['min']}, mean {tokens['mean']:.1f}, max {tokens['max']}")
+            lines.append(f"    visual tokens per image: min {tokens['min']}, mean {tokens['mean']:.1f}, "
+                         f"max {tokens['max']}")
         lines.extend(f"    note: {note}" for note in s["notes"])
     if artifacts_dir is not None:
         lines.append(f"Artifacts (grids, rankings, per-document records, writer probes, plots): {artifacts_dir}")

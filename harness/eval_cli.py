@@ -13,6 +13,8 @@ lm-eval's ``EvaluationTracker`` and printed with its table. ``icir eval`` adds:
   folder's last component): ``store`` defaults to its ``activations/`` (rerunning the same
   command resumes and recomputes nothing already stored) and artifacts go to its
   ``icir_artifacts/<task or group>/``;
+- ``--overwrite`` (ours): replace artifact folders that hold another run's artifacts; without
+  it such a run is refused, so one folder never mixes two runs;
 - the analysis stage (`harness.analyze`): head metrics added to lm-eval's saved results and
   tables (the ``icir_mcq`` group pooled over both configs), each logged sample's per-document
   record, and a head summary naming the top heads ``LxxHyy``.
@@ -57,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and each document's record to its samples files, and print the tables.",
     )
     analysis.add_argument("run_folder", type=Path, help="the run folder OUTPUT/<model> (or OUTPUT holding one)")
+    analysis.add_argument("--overwrite", action="store_true", help="replace artifact folders of another run")
     analysis.set_defaults(func=analyze)
 
 
@@ -150,14 +153,15 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.evaluation import evaluate, model_name
 
-    cfg = lm_eval_config(argv)
+    overwrite = "--overwrite" in argv  # ours, not lm-eval's: replace another run's artifact folders
+    cfg = lm_eval_config([arg for arg in argv if arg != "--overwrite"])
     setup_logging()
     if cfg.output_path:
         cfg.hf_hub_log_args["output_path"] = cfg.output_path
     tracker = EvaluationTracker(**cfg.hf_hub_log_args)
     results = evaluate(
         cfg.tasks, cfg.model_args, metadata=cfg.metadata, output_path=cfg.output_path, model=cfg.model,
-        include_path=cfg.include_path, **_simple_evaluate_kwargs(cfg, tracker),
+        include_path=cfg.include_path, overwrite=overwrite, **_simple_evaluate_kwargs(cfg, tracker),
     )
     if results is None:  # not rank 0
         return 0
@@ -196,7 +200,7 @@ def analyze(args: argparse.Namespace) -> int:
     results["samples"] = {task: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
                           for path, task in sample_files.items()}
     model_args = parse_model_args(results.get("config", {}).get("model_args"))
-    analyze_results(results, model_args, results_file.parent / ARTIFACTS_FOLDER)
+    analyze_results(results, model_args, results_file.parent / ARTIFACTS_FOLDER, args.overwrite)
     for path, task in sample_files.items():
         with atomic_file(path) as tmp:
             lines = (json.dumps(sample, ensure_ascii=False) + "\n" for sample in results["samples"][task])

@@ -101,6 +101,64 @@ def check_task_names(tasks: Iterable[str], known: Sequence[str]) -> list[str]:
     return names
 
 
+# Keyword arguments of transformers' from_pretrained that HFLM passes on (beyond its own parameters).
+FROM_PRETRAINED_ARGS = ("device_map", "low_cpu_mem_usage", "quantization_config", "use_safetensors",
+                        "local_files_only", "cache_dir", "token")
+
+
+def known_model_args() -> set[str]:
+    """Every argument ``hf-multimodal-heads`` takes: its own, ``hf-multimodal``'s and ``hf``'s, and
+    the ``from_pretrained`` keywords of `FROM_PRETRAINED_ARGS` (``writer_*`` are checked on their own)."""
+    import inspect
+
+    from lm_eval.models.hf_vlms import HFMultimodalLM
+    from lm_eval.models.huggingface import HFLM
+
+    from harness.lm_eval_plugin.model import HFMultimodalHeadsLM
+
+    names = set(FROM_PRETRAINED_ARGS)
+    for cls in (HFMultimodalHeadsLM, HFMultimodalLM, HFLM):
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        names |= {p.name for p in parameters if p.kind == p.POSITIONAL_OR_KEYWORD}
+    return names - {"self"}
+
+
+def check_arguments(model_args: dict[str, Any], output_path, limit) -> None:
+    """Check, before any model loads, what can be checked without it: argument names, ``--limit``,
+    ``image_budget``, ``--output_path``, the writer settings, and the ranking and probe files
+    against the model's config (its L x H).
+
+    Raises:
+        UserInputError: the first problem found, naming the argument or file.
+    """
+    from harness.lm_eval_plugin.model import check_architecture, image_side
+    from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
+    from harness.metrics.writer import WriterProbeConfig
+
+    known = known_model_args()
+    for name in model_args:
+        if name not in known and not name.startswith("writer_"):
+            close = difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.6)
+            hint = f"; did you mean {' or '.join(close)}?" if close else ""
+            raise UserInputError(f"unknown model argument {name!r} for {MODEL_NAME}{hint}")
+    if limit is not None and not float(limit) > 0:
+        raise UserInputError(f"--limit must be a positive number of documents (or a fraction in (0, 1)), got {limit}")
+    if output_path is not None and Path(output_path).exists() and not Path(output_path).is_dir():
+        raise UserInputError(f"--output_path {output_path} is a file; give a folder")
+    side, _ = image_side(model_args.get("image_budget"), str(model_args["pretrained"]))
+    if side is not None and side <= 0:
+        raise UserInputError(f"image_budget must be a positive side in pixels, got {side}")
+    WriterProbeConfig.from_arguments(model_args)
+    config = check_architecture(str(model_args["pretrained"]), model_args.get("revision"),
+                                bool(model_args.get("trust_remote_code", False)))
+    text = config.get_text_config()
+    shape = int(text.num_hidden_layers), int(text.num_attention_heads)
+    if model_args.get("heads_ranking"):
+        load_head_ranking(model_args["heads_ranking"], *shape)
+    if model_args.get("writer_probes"):
+        load_writer_probes(model_args["writer_probes"], *shape)
+
+
 def evaluate(
     tasks: Sequence[str],
     model_args: str | dict[str, Any] | None = None,
@@ -109,6 +167,7 @@ def evaluate(
     output_path: str | os.PathLike | None = None,
     model: str = MODEL_NAME,
     include_path: str | os.PathLike | None = None,
+    overwrite: bool = False,
     **simple_evaluate_kwargs: Any,
 ) -> dict | None:
     """Run ``lm_eval.simple_evaluate`` on our tasks, then the analysis stage on its results.
@@ -124,6 +183,7 @@ def evaluate(
             writes no artifacts.
         model: lm-eval model name.
         include_path: a folder of further task YAMLs (for tasks built on ours).
+        overwrite: replace artifact folders that hold another run's artifacts (else refused).
         **simple_evaluate_kwargs: passed to ``simple_evaluate`` (``limit``, ``batch_size``,
             ``device``, ``gen_kwargs``, ``log_samples``...).
 
@@ -155,6 +215,8 @@ def evaluate(
     manager = task_manager(model_args | (metadata or {}), include_path)
     names = check_task_names(tasks, manager.all_tasks)
     check_data_folders(names, model_args | (metadata or {}))
+    if model == MODEL_NAME:
+        check_arguments(model_args, output_path, simple_evaluate_kwargs.get("limit"))
     try:
         results = lm_eval.simple_evaluate(
             model=model, model_args=model_args, tasks=names, task_manager=manager, **simple_evaluate_kwargs
@@ -162,7 +224,7 @@ def evaluate(
         if results is None or model != MODEL_NAME:
             return results
         artifacts_dir = None if output_path is None else run_folder(output_path, model_args) / ARTIFACTS_FOLDER
-        analyze_results(results, model_args, artifacts_dir)
+        analyze_results(results, model_args, artifacts_dir, overwrite)
         return results
     finally:
         if temporary is not None:

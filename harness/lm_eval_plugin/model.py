@@ -79,8 +79,9 @@ def parse_readout(readout: Any) -> tuple[str, ...]:
     return validate_positions([f"+{int(i)}" if isinstance(i, (int, float)) else str(i).strip() for i in items])
 
 
-def check_architecture(pretrained: str, revision: str | None, trust_remote_code: bool) -> None:
-    """Raise a clear `UserInputError` before loading weights when `pretrained` is no supported LVLM."""
+def check_architecture(pretrained: str, revision: str | None, trust_remote_code: bool):
+    """The model's config, read without its weights; a clear `UserInputError` when `pretrained` is no
+    supported LVLM."""
     try:
         config = transformers.AutoConfig.from_pretrained(
             pretrained, revision=revision, trust_remote_code=trust_remote_code
@@ -93,6 +94,7 @@ def check_architecture(pretrained: str, revision: str | None, trust_remote_code:
         raise UserInputError(
             f"{pretrained} is a {found}; {MODEL_NAME} captures heads of {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
+    return config
 
 
 def declared_image_side(pretrained: str) -> int | None:

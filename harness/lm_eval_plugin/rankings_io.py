@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.constants import VOTE_KS
 from harness.metrics.probes import WriterProbes
 from harness.metrics.rankings import as_flat_indices, head_ranking, ranking_names
 from icir_common import UserInputError
@@ -48,16 +49,33 @@ def load_head_ranking(path: str | os.PathLike, n_layers: int, n_heads: int) -> n
     path = Path(path)
     try:
         document = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserInputError(f"cannot read head ranking {path}: {err}") from None
     if not isinstance(document, dict) or document.get("format") != RANKING_FORMAT:
         raise UserInputError(f"{path} is not a head ranking (format {RANKING_FORMAT!r}, e.g. pointer_ranking.json)")
+    missing = [key for key in ("n_layers", "n_heads", "ranking") if key not in document]
+    if missing:
+        raise UserInputError(f"head ranking {path} lacks {', '.join(missing)}; use a pointer_ranking.json of a run")
     if (document["n_layers"], document["n_heads"]) != (n_layers, n_heads):
         raise UserInputError(
             f"head ranking {path} is for {document['n_layers']} layers x {document['n_heads']} heads; "
             f"this model has {n_layers} x {n_heads}"
         )
-    return as_flat_indices(document["ranking"], n_layers, n_heads)
+    ranking = document["ranking"]
+    if not isinstance(ranking, list) or len(ranking) != n_layers * n_heads:
+        count = len(ranking) if isinstance(ranking, list) else type(ranking).__name__
+        raise UserInputError(
+            f"head ranking {path} ranks {count} heads; it must rank all {n_layers * n_heads} heads of the model "
+            f"(votes up to K = {max(VOTE_KS)} need them)"
+        )
+    try:
+        flat = as_flat_indices(ranking, n_layers, n_heads)
+    except UserInputError as err:
+        raise UserInputError(f"head ranking {path}: {err}") from None
+    if len(set(flat.tolist())) != flat.size:
+        repeated = sorted({name for name in ranking if ranking.count(name) > 1}, key=str)[:3]
+        raise UserInputError(f"head ranking {path} lists heads more than once ({', '.join(map(str, repeated))})")
+    return flat
 
 
 def load_writer_probes(path: str | os.PathLike, n_layers: int, n_heads: int) -> tuple[WriterProbes, np.ndarray]:
@@ -76,6 +94,9 @@ def load_writer_probes(path: str | os.PathLike, n_layers: int, n_heads: int) -> 
     grid = probes.info.get("writer_r1")
     if not isinstance(grid, dict):
         raise UserInputError(f"writer probes {path} carry no writer R@1 grid to rank heads by")
+    bad = [name for name, value in grid.items() if isinstance(value, bool) or not isinstance(value, (int, float))]
+    if bad:
+        raise UserInputError(f"writer probes {path}: writer R@1 of {', '.join(bad[:3])} is not a number")
     flat = as_flat_indices(list(grid), n_layers, n_heads)
     values = np.full(n_layers * n_heads, -np.inf)
     values[flat] = [grid[name] for name in grid]

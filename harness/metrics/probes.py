@@ -385,6 +385,13 @@ class WriterProbes:
         missing = [name for name in PARAMETER_NAMES if name not in tensors]
         if missing:
             raise UserInputError(f"{weights} lacks tensors {missing}")
+        for name in PARAMETER_NAMES:
+            tensor = tensors[name]
+            if not tensor.is_floating_point():
+                raise UserInputError(f"{weights}: tensor {name} is {tensor.dtype}, not floating point; "
+                                     "save the probes again")
+            if not torch.isfinite(tensor).all():
+                raise UserInputError(f"{weights}: tensor {name} holds NaN or infinite values; fit the probes again")
         heads = as_flat_indices(settings["heads"], settings["n_layers"], settings["n_heads"])
         try:
             probes = cls(heads, settings["n_layers"], settings["n_heads"],
