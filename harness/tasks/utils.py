@@ -19,7 +19,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
-from icir_common import UserInputError
+from icir_common import UserInputError, inside_root
 from vhs_adapter.scoring import is_compliant, is_correct
 
 # Dataset kind -> the environment variable that names its folder when --metadata does not.
@@ -92,7 +92,7 @@ def _with_image_files(dataset: datasets.Dataset, coco_root: str | None) -> datas
     root = Path(root).expanduser()
 
     def resolve(row):
-        paths = [root / name for name in row["image_files"]]
+        paths = [inside_root(root, name, f"record {row['id']}") for name in row["image_files"]]
         missing = [str(p) for p in paths if not p.is_file()]
         if missing:
             raise UserInputError(f"record {row['id']}: image file {missing[0]} not found under coco_root {root}")
