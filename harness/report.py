@@ -67,6 +67,7 @@ class Run:
 
     @property
     def artifacts(self) -> Path:
+        """The run's ``icir_artifacts/`` folder."""
         return self.folder / ARTIFACTS_FOLDER
 
     def has(self, unit: str) -> bool:
@@ -84,6 +85,7 @@ class Run:
             raise UserInputError(f"{path} is not valid JSON ({err}); rerun icir analyze {self.folder}") from None
 
     def summary(self, unit: str) -> dict:
+        """The unit's ``summary.json`` (`harness.artifacts.summary`)."""
         return self.read(unit, "summary.json", f"run icir analyze {self.folder}")
 
     def icir_unit(self) -> str:
