@@ -248,7 +248,8 @@ class ActivationStore:
         if missing:
             raise UserInputError(
                 f"activation store {self.root} has no capture for task {task!r} doc ids {missing[:5]}"
-                f"{' ...' if len(missing) > 5 else ''}; was the run that produced them interrupted?"
+                f"{' ...' if len(missing) > 5 else ''}: the run that made them was interrupted, or their shards "
+                f"failed their checksum (set aside as .corrupt-*); rerun icir eval to capture them again"
             )
         wanted = None if fields is None else set(fields)
         by_shard: dict[Path, list[int]] = defaultdict(list)

@@ -97,7 +97,7 @@ def summary(analysis: HeadAnalysis, name: str) -> dict:
         "tasks": analysis.tasks,
         "n_docs": analysis.n_docs,
         "position": analysis.positions[0],
-        "pointer_mode": analysis.primary,
+        "ranking_score": analysis.primary,
         **values,
         **heads,
         "pointer_top_head_index": values["pointer_top_head"],
@@ -136,9 +136,11 @@ def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str, documents: 
         )
         metadata = {"positions": ",".join(positions)}
         _save_arrays(folder / f"pointer_r1{suffix}.safetensors", "pointer_r1", grids, metadata)
-        write_json(folder / f"pointer_ranking_{score}.json", ranking_document(grids[0], "pointer", positions[0]))
+        ranking = ranking_document(grids[0], "pointer", positions[0], score)
+        write_json(folder / f"pointer_ranking_{score}.json", ranking)
     # The ranking this run votes with (its pointer mode's score): what heads_ranking=FILE takes.
-    write_json(folder / "pointer_ranking.json", ranking_document(analysis.table_grid, "pointer", positions[0]))
+    voting = ranking_document(analysis.table_grid, "pointer", positions[0], analysis.primary)
+    write_json(folder / "pointer_ranking.json", voting)
     write_json(
         folder / "vote_r1.json",
         {

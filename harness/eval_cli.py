@@ -56,7 +56,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="compute the head metrics and artifacts of a finished run (icir eval or lm_eval with store=DIR)",
         description="Run the analysis stage on RUN_FOLDER (OUTPUT/<model>, holding lm-eval's results_*.json): "
         "read its activation store once, write icir_artifacts/, add the head metrics to the results JSON "
-        "and each document's record to its samples files, and print the tables.",
+        "and each document's record to its samples files, and print the tables. A folder holding several "
+        "runs (e.g. ICIR-MCQ, then VHs) has each task analysed from the newest results file holding it.",
     )
     analysis.add_argument("run_folder", type=Path, help="the run folder OUTPUT/<model> (or OUTPUT holding one)")
     analysis.add_argument("--overwrite", action="store_true", help="replace artifact folders of another run")
@@ -172,49 +173,69 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _results_file(folder: Path) -> Path:
-    """The newest lm-eval ``results_*.json`` of a run folder (or of the one run folder inside `folder`)."""
+def _results_files(folder: Path) -> list[Path]:
+    """The lm-eval ``results_*.json`` files of a run folder (or of the one run folder inside `folder`), oldest first."""
     files = sorted(folder.glob("results_*.json")) or sorted(folder.glob("*/results_*.json"))
     if not files:
         raise UserInputError(f"{folder} holds no lm-eval results_*.json (pass the run folder OUTPUT/<model>)")
     if len({f.parent for f in files}) > 1:
         folders = sorted({str(f.parent) for f in files})
         raise UserInputError(f"{folder} holds several run folders; pass one of {folders}")
-    return files[-1]
+    return files
 
 
-def analyze(args: argparse.Namespace) -> int:
-    """``icir analyze RUN_FOLDER``: the analysis stage on a finished run; rewrites its results and samples."""
+def _analyze_file(results_file: Path, done: set[str], overwrite: bool) -> set[str]:
+    """Analyse the tasks of one results file that no newer file of the folder holds; rewrite it and
+    its samples files; print its tables. Returns the tasks it analysed."""
     from lm_eval.utils import make_table
 
     from harness.analyze import analyze_results, format_summaries
-    from harness.constants import ARTIFACTS_FOLDER
+    from harness.constants import ARTIFACTS_FOLDER, STORE_FOLDER
     from harness.evaluation import parse_model_args
+    from harness.protocol import header as protocol_header
     from icir_common import atomic_file, write_json
 
-    results_file = _results_file(args.run_folder)
     results = json.loads(results_file.read_text())
+    tasks = set(results.get("n-samples", {})) - done
+    if not tasks:
+        return set()
+    results["n-samples"] = {t: n for t, n in results["n-samples"].items() if t in tasks}
     date_id = results_file.stem.removeprefix("results_")
     sample_files = {path: path.stem.removeprefix("samples_").removesuffix(f"_{date_id}")
                     for path in results_file.parent.glob(f"samples_*_{date_id}.jsonl")}
     results["samples"] = {task: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
                           for path, task in sample_files.items()}
     model_args = parse_model_args(results.get("config", {}).get("model_args"))
-    analyze_results(results, model_args, results_file.parent / ARTIFACTS_FOLDER, args.overwrite)
+    beside = results_file.parent / STORE_FOLDER
+    if not Path(str(model_args.get("store", ""))).is_dir() and beside.is_dir():
+        model_args["store"] = str(beside)  # a store named relative to another working folder
+    analyze_results(results, model_args, results_file.parent / ARTIFACTS_FOLDER, overwrite)
     for path, task in sample_files.items():
         with atomic_file(path) as tmp:
             lines = (json.dumps(sample, ensure_ascii=False) + "\n" for sample in results["samples"][task])
             tmp.write_text("".join(lines))
     del results["samples"]
+    results["n-samples"] = json.loads(results_file.read_text())["n-samples"]
     write_json(results_file, results)
-    from harness.protocol import header as protocol_header
-
     print(protocol_header(results["icir"]["protocol"]))
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
     print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"]))
-    print(f"updated {results_file}" + (f" and {len(sample_files)} samples file(s)" if sample_files else ""))
+    print(f"updated {results_file} ({', '.join(sorted(tasks))})"
+          + (f" and {len(sample_files)} samples file(s)" if sample_files else ""))
+    return tasks
+
+
+def analyze(args: argparse.Namespace) -> int:
+    """``icir analyze RUN_FOLDER``: the analysis stage on every run of a run folder.
+
+    Each task is analysed from the newest results file that holds it (older files that a newer
+    run of the same task superseded are left as they are).
+    """
+    done: set[str] = set()
+    for results_file in reversed(_results_files(args.run_folder)):
+        done |= _analyze_file(results_file, done, args.overwrite)
     return 0
 
 

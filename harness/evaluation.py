@@ -24,6 +24,7 @@ from harness.constants import ARTIFACTS_FOLDER, MODEL_NAME, STORE_FOLDER
 from icir_common import UserInputError
 
 DEMO_MODEL_NAME = "icir-demo-model"
+PATH_ARGS = ("store", "heads_ranking", "writer_probes", "writer_config")
 
 
 def parse_model_args(model_args: str | dict[str, Any] | None) -> dict[str, Any]:
@@ -59,13 +60,18 @@ def run_folder(output_path: str | os.PathLike, model_args: dict[str, Any]) -> Pa
 
 
 def with_defaults(model_args: dict[str, Any], output_path: str | os.PathLike | None) -> dict[str, Any]:
-    """`model_args` with the default model filled in and, given an output path, the store in the run folder."""
+    """`model_args` with the default model filled in, given an output path the store in the run
+    folder, and the file arguments (`PATH_ARGS`) made absolute."""
     from harness.demo_model import default_model_path
 
     model_args = dict(model_args)
     model_args.setdefault("pretrained", str(default_model_path()))
     if output_path is not None:
         model_args.setdefault("store", str(run_folder(output_path, model_args) / STORE_FOLDER))
+    # The results record these paths: absolute, so `icir analyze` works from any working folder.
+    for key in PATH_ARGS:
+        if model_args.get(key):
+            model_args[key] = str(Path(model_args[key]).expanduser().resolve())
     return model_args
 
 

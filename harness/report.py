@@ -201,6 +201,14 @@ def top_k(grid, k: int) -> int:
     return min(k, grid.size)
 
 
+def every_head_note(run: Run, k: int, n_heads: int) -> list[str]:
+    """A note when the top-K sets hold every head (a small model): the overlaps then say nothing."""
+    if k < n_heads:
+        return []
+    return [f"{run.name}: K = {k} is every head of the model, so every top-K set holds all heads; pass "
+            f"--top_k well below {n_heads} (the paper: 100 of 1,152 heads)"]
+
+
 def _top_list(grid, n: int) -> list:
     """``[[LxxHyy, R@1], ...]`` of the top-`n` heads (`rankings.head_ranking`: ties by flat index)."""
     from harness.metrics.rankings import head_ranking, ranking_names
@@ -402,13 +410,14 @@ def _readout_grids(run: Run, unit: str) -> tuple[dict, dict]:
 
 def table_10(runs: list[Run], options: argparse.Namespace) -> Table:
     """Table 10 (App. G): pointer and writer rankings at each readout position against the cattok."""
-    rows = []
+    rows, small = [], []
     for run in runs:
         unit = run.icir_unit()
         eq3, exact = _readout_grids(run, unit)
         fits = writer_fits(run, unit) if (run.artifacts / unit / "writer_r1.json").is_file() else {}
         writer_ref = fits.get(REFERENCE_POSITION, {}).get("writer_r1")
         k = top_k(eq3[REFERENCE_POSITION], options.top_k)
+        small += every_head_note(run, k, eq3[REFERENCE_POSITION].size)
         for position, grid in eq3.items():
             p = _position_row(grid, eq3[REFERENCE_POSITION], k)
             row = {"Model": run.name, "Position": position, "K": k, "Pointer rho": p["rho"],
@@ -426,7 +435,7 @@ def table_10(runs: list[Run], options: argparse.Namespace) -> Table:
     notes = [("rho: Spearman over all heads against the cattok ranking (– where a grid is constant); overlap: "
               "heads shared by the two top-K sets; retained: mean R@1 of the cattok top-K set at the position "
               "divided by its cattok value; writer columns only at positions with fitted probes")]
-    return Table(10, "Readout-position control (pointer ranking: Eq. 3)", columns, rows, notes)
+    return Table(10, "Readout-position control (pointer ranking: Eq. 3)", columns, rows, notes + small)
 
 
 def _discovery_grids(run: Run) -> tuple[str, Any, Any, Any]:
@@ -449,6 +458,7 @@ def table_11(runs: list[Run], options: argparse.Namespace) -> Table:
     for run in runs:
         _, pointer, exact, writer = _discovery_grids(run)
         k = top_k(pointer, options.top_k)
+        notes += every_head_note(run, k, pointer.size)
         part = set_partition(pointer, writer, k)
         for head in part.overlap:
             layer, index = parse_head_name(head)
@@ -466,10 +476,11 @@ def table_13(runs: list[Run], options: argparse.Namespace) -> Table:
     """Table 13 (App. J.1): top pointer head R@1, pointer-writer top-K overlap, chance K^2/(L*H)."""
     from harness.metrics.rankings import chance_overlap, top_k_overlap
 
-    rows = []
+    rows, notes = [], []
     for run in runs:
         unit, pointer, exact, writer = _discovery_grids(run)
         k = top_k(pointer, options.top_k)
+        notes += every_head_note(run, k, pointer.size)
         overlap = round(top_k_overlap(pointer, writer, k) * k)
         chance = chance_overlap(k, *pointer.shape)
         rows.append({"Model": run.name, "Data": unit, "Heads": int(pointer.size),
@@ -478,7 +489,7 @@ def table_13(runs: list[Run], options: argparse.Namespace) -> Table:
     return Table(13, "Pointer-writer discovery on ICIR-MCQ: overlap counts heads in both top-K lists; "
                      "chance is K^2/(L*H)",
                  ["Model", "Data", "Heads", "Top-1 R@1 (Eq. 3)", "Top-1 R@1 (exact)", "K", "Overlap", "Chance",
-                  "Ratio"], rows)
+                  "Ratio"], rows, notes)
 
 
 BUILDERS = {1: table_1, 2: table_2, 3: table_3, 5: table_5, 6: table_6, 10: table_10, 11: table_11, 13: table_13}

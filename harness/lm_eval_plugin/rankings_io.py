@@ -25,13 +25,15 @@ from icir_common import UserInputError
 RANKING_FORMAT = "head-ranking/1"
 
 
-def ranking_document(grid: np.ndarray, criterion: str, position: str) -> dict:
-    """The ranking JSON of an ``[L, H]`` R@1 grid (ties: smaller flat index first)."""
+def ranking_document(grid: np.ndarray, criterion: str, position: str, score: str | None = None) -> dict:
+    """The ranking JSON of an ``[L, H]`` R@1 grid (ties: smaller flat index first); `score` names
+    the pointer score it ranks by (``exact`` or ``eq3``)."""
     grid = np.asarray(grid, dtype=np.float64)
     order = head_ranking(grid)
     return {
         "format": RANKING_FORMAT,
         "criterion": criterion,
+        **({"score": score} if score else {}),
         "position": position,
         "n_layers": int(grid.shape[0]),
         "n_heads": int(grid.shape[1]),
