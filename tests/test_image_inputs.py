@@ -376,3 +376,19 @@ def test_no_image_inputs_keeps_the_processor_defaults(arch):
         processor, text_only, image_token_id(model, adapter), resolve_image_inputs(processor, adapter)
     )
     assert "pixel_values" not in inputs and visual_token_counts(layouts) == [[]]
+
+
+@pytest.mark.parametrize("arch", EQUAL_COUNT_ARCHS)
+def test_capture_heads_takes_the_protocol_inputs(arch):
+    """The library entry point feeds images as the model class does when given the image call."""
+    from harness.capture import capture_heads
+
+    model, processor, adapter = tiny(arch)
+    side = 48 if arch == "llava_pixtral" else None
+    call = resolve_image_inputs(processor, adapter, side)
+    prompt = "<image> one <image> two <image> three: where is the zebra?"
+    start = prompt.index("zebra")
+    capture = capture_heads(model, processor, prompt, aspect_images(TINY_ASPECTS), (start, start + 5),
+                            image_inputs=call)
+    tokens = [end - start for start, end in capture.image_spans]
+    assert len(set(tokens)) == 1 and capture.pointer.shape[-1] == 3

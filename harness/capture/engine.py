@@ -242,6 +242,7 @@ def capture_heads_batch(
     positions: Sequence[str] = ("cattok",),
     mode: str = "exact",
     answer_tokens: Sequence[int] | None = None,
+    image_inputs=None,
 ) -> list[HeadCapture]:
     """`capture_heads` for several samples in one right-padded forward pass.
 
@@ -253,6 +254,8 @@ def capture_heads_batch(
         processor: its processor (fast tokenizer, chat template).
         samples: `CaptureRequest` objects.
         positions, mode, answer_tokens: as in `capture_heads`.
+        image_inputs: the protocol's per-image inputs (`image_inputs.resolve_image_inputs`), or
+            None for the processor's own defaults.
 
     Returns:
         One `HeadCapture` per sample, in order.
@@ -260,7 +263,7 @@ def capture_heads_batch(
     Raises:
         UserInputError: see `capture_heads`.
     """
-    inputs, layouts = encode_requests(processor, samples, image_token_id(model, resolve_adapter(model)))
+    inputs, layouts = encode_requests(processor, samples, image_token_id(model, resolve_adapter(model)), image_inputs)
     return capture_encoded(model, inputs, layouts, positions, mode, answer_tokens)
 
 
@@ -273,6 +276,7 @@ def capture_heads(
     positions: Sequence[str] = ("cattok",),
     mode: str = "exact",
     answer_tokens: Sequence[int] | None = None,
+    image_inputs=None,
 ) -> HeadCapture:
     """Capture every language-model head of `model` at the readout positions, in one prefill forward.
 
@@ -291,6 +295,8 @@ def capture_heads(
         mode: the score the run ranks heads by: ``exact`` (the model's attention), ``proxy`` (Eq. 3
             literally) or ``proxy_causal`` (Eq. 3 over j <= p, which also makes ``pointer_eq3`` causal).
         answer_tokens: token ids whose next-token logits to return (see `answers.answer_token_ids`).
+        image_inputs: the protocol's per-image inputs (`image_inputs.resolve_image_inputs(processor,
+            resolve_adapter(model))`), or None for the processor's own defaults.
 
     Returns:
         A `HeadCapture` (pointer and pointer_eq3 [P, L, H, N], head_output [P, L, H, d_h],
@@ -302,4 +308,4 @@ def capture_heads(
             that maps to no token (names the span and the text around it).
     """
     request = CaptureRequest(prompt, images, query_char_span)
-    return capture_heads_batch(model, processor, [request], positions, mode, answer_tokens)[0]
+    return capture_heads_batch(model, processor, [request], positions, mode, answer_tokens, image_inputs)[0]
