@@ -1,0 +1,252 @@
+"""``icir submit`` and ``icir leaderboard validate`` on a real (full, 60-document) run of the tiny Qwen3-VL."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from lm_eval_helpers import build_shared, shared_root
+from safetensors.numpy import load_file, save_file
+
+from harness.cli import main as icir_main
+from harness.submission import MANIFEST, file_sha256, validate, write_manifest
+
+TASK = "icir_mcq_n5"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory) -> Path:
+    return build_shared(shared_root(tmp_path_factory))
+
+
+@pytest.fixture(scope="module")
+def run_folder(shared, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("full_run")
+    assert icir_main([
+        "eval", "--device", "cpu", "--batch_size", "1",
+        "--model_args", f"pretrained={shared / 'model'},image_budget=64",
+        "--metadata", json.dumps({"icir_mcq_data": str(shared / "mcq")}),
+        "--tasks", TASK, "--output_path", str(out),
+    ]) == 0
+    (folder,) = [p for p in out.iterdir() if p.is_dir()]
+    return folder
+
+
+@pytest.fixture(scope="module")
+def submission(run_folder, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("submission") / "sub"
+    assert icir_main(["submit", str(run_folder), "--out", str(out), "--archive", "--submitter", "tester",
+                      "--link", "https://example.org/model"]) == 0
+    return out
+
+
+@pytest.fixture
+def copy(submission, tmp_path) -> Path:
+    target = tmp_path / "sub"
+    shutil.copytree(submission, target)
+    return target
+
+
+def rehash(folder: Path) -> None:
+    """Update the manifest's sha256 and size of every listed file (as a careful tamperer would)."""
+    manifest = json.loads((folder / MANIFEST).read_text())
+    for entry in manifest["files"]:
+        path = folder / entry["path"]
+        entry["sha256"], entry["size"] = file_sha256(path), path.stat().st_size
+    write_manifest(folder, manifest)
+
+
+def failures(path: Path, config: dict | None = None) -> list[str]:
+    return validate(path, config).failures
+
+
+def results_file(folder: Path) -> Path:
+    (path,) = (folder / "results").glob("results_*.json")
+    return path
+
+
+def test_submit_and_validate(submission, capsys):
+    manifest = json.loads((submission / MANIFEST).read_text())
+    assert manifest["schema_version"] == "icir-submission/1"
+    assert manifest["model"]["n_layers"] == 4 and manifest["model"]["n_heads"] == 4
+    assert manifest["tasks"] == [TASK] and manifest["submitter"] == "tester"
+    assert manifest["datasets"][TASK]["documents"] == 60
+    paths = [entry["path"] for entry in manifest["files"]]
+    assert all(p.endswith((".json", ".jsonl", ".safetensors")) for p in paths)
+    assert f"artifacts/{TASK}/head_records.safetensors" in paths
+    assert not any("writer_probes" in p or p.endswith(".png") for p in paths)
+    assert icir_main(["leaderboard", "validate", str(submission)]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out and "any dataset fingerprint" in out
+    archive = submission.with_name("sub.tar.gz")
+    assert icir_main(["leaderboard", "validate", str(archive)]) == 0
+
+
+def test_archive_is_deterministic(run_folder, submission, tmp_path):
+    again = tmp_path / "sub"
+    assert icir_main(["submit", str(run_folder), "--out", str(again), "--archive", "--submitter", "tester",
+                      "--link", "https://example.org/model"]) == 0
+    first, second = submission.with_name("sub.tar.gz").read_bytes(), again.with_name("sub.tar.gz").read_bytes()
+    assert first == second
+    with tarfile.open(fileobj=io.BytesIO(first)) as tar:
+        names = tar.getnames()
+        assert names == sorted(names)
+        assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 for m in tar.getmembers())
+
+
+def test_tampered_pointer_r1_is_recomputed(copy):
+    path = results_file(copy)
+    results = json.loads(path.read_text())
+    results["results"][TASK]["pointer_r1,none"] += 0.05
+    path.write_text(json.dumps(results))
+    rehash(copy)
+    found = failures(copy)
+    assert found and all("pointer_r1 (results)" in line for line in found), found
+    assert "recomputed from the per-document records" in found[0]
+
+
+def test_tampered_accuracy_and_documents(copy):
+    docs = copy / "artifacts" / TASK / "documents.jsonl"
+    rows = [json.loads(line) for line in docs.read_text().splitlines()]
+    rows[0]["correct"] = not rows[0]["correct"]
+    docs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rehash(copy)
+    assert any(line.startswith(f"{TASK} acc:") for line in failures(copy))
+
+
+def test_wrong_hash(copy):
+    path = copy / "artifacts" / TASK / "summary.json"
+    path.write_text(path.read_text().replace('"name"', '"name" ', 1))
+    found = failures(copy)
+    assert any("summary.json: sha256" in line for line in found)
+    assert any("summary.json: size" in line for line in found)
+
+
+def test_extra_file(copy):
+    (copy / "artifacts" / TASK / "notes.json").write_text("{}")
+    assert failures(copy) == [f"artifacts/{TASK}/notes.json: not listed in the manifest (no file beyond the manifest)"]
+
+
+def test_missing_file(copy):
+    (copy / "artifacts" / TASK / "vote_r1.json").unlink()
+    assert any("vote_r1.json: listed in the manifest but missing" in line for line in failures(copy))
+
+
+def test_symlink(copy):
+    (copy / "link.json").symlink_to(copy / MANIFEST)
+    assert any("link.json: a symlink" in line for line in failures(copy))
+
+
+def test_archive_with_parent_member(submission, tmp_path):
+    archive = tmp_path / "evil.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(submission, arcname="sub")
+        info = tarfile.TarInfo("sub/../../escape.json")
+        payload = b"{}"
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    found = failures(archive)
+    assert any("path traversal" in line and "escape.json" in line for line in found)
+    assert not (tmp_path.parent / "escape.json").exists()
+
+
+def test_archive_with_symlink_member(submission, tmp_path):
+    archive = tmp_path / "link.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(submission, arcname="sub")
+        info = tarfile.TarInfo("sub/passwd.json")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    assert any("a link" in line for line in failures(archive))
+
+
+def _edit_records(folder: Path, edit) -> None:
+    path = folder / "artifacts" / TASK / "head_records.safetensors"
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path))
+    rehash(folder)
+
+
+def test_nan_in_head_record(copy):
+    def edit(tensors):
+        bad = tensors["pointer_image"].astype(np.float32)
+        bad[0, 0, 0] = np.nan
+        tensors["pointer_image"] = bad
+    _edit_records(copy, edit)
+    found = failures(copy)
+    assert any("NaN or inf" in line and "pointer_image" in line for line in found), found
+    assert any("pointer_image is float32, expected int16" in line for line in found)
+
+
+def test_wrong_shape(copy):
+    def edit(tensors):
+        tensors["pointer_image_eq3"] = np.concatenate([tensors["pointer_image_eq3"]] * 2, axis=2)
+    _edit_records(copy, edit)
+    found = failures(copy)
+    assert any("pointer_image_eq3 has shape [60, 4, 8], expected [60, 4, 4]" in line for line in found), found
+
+
+def test_edited_head_record_changes_numbers(copy):
+    def edit(tensors):
+        tensors["pointer_image_eq3"] = (tensors["pointer_image_eq3"] + 1) % 5
+    _edit_records(copy, edit)
+    found = failures(copy)
+    assert any("pointer_r1_eq3 (results)" in line for line in found)
+    assert any("vote_r1@1 (results)" in line for line in found)
+
+
+def test_config_protocol_and_fingerprint(submission, tmp_path, capsys):
+    fingerprint = json.loads((submission / MANIFEST).read_text())["datasets"][TASK]["fingerprint"]
+    good = {"protocols": ["icir-heads/1"], "datasets": {TASK: [fingerprint]}}
+    assert failures(submission, good) == []
+    found = failures(submission, {"protocols": ["icir-heads/2"], "datasets": {TASK: ["0" * 64]}})
+    assert any("protocol 'icir-heads/1' is not one this leaderboard accepts" in line for line in found)
+    assert any(f"{TASK}: dataset fingerprint {fingerprint} is not a published build's" in line for line in found)
+    config = tmp_path / "board.json"
+    config.write_text(json.dumps({"protocols": ["icir-heads/2"], "datasets": {}}))
+    assert icir_main(["leaderboard", "validate", str(submission), "--config", str(config)]) == 1
+    assert "FAIL: " in capsys.readouterr().out
+    assert icir_main(["leaderboard", "validate", str(tmp_path / "nothing")]) == 2
+
+
+def test_schema_failure(copy):
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["model"]["n_heads"] = "four"
+    del manifest["schema_version"]
+    write_manifest(copy, manifest)
+    found = failures(copy)
+    assert any("schema" in line and "n_heads" in line for line in found)
+    assert any("schema" in line and "schema_version" in line for line in found)
+
+
+def test_limit_run_refused(shared, tmp_path, capsys):
+    (run,) = [p for p in (shared / "ref_mcq").iterdir() if p.is_dir()]
+    assert icir_main(["submit", str(run), "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert "partial run (--limit 19)" in err and len(err.strip().splitlines()) == 1
+
+
+def test_run_without_artifacts_refused(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    assert icir_main(["submit", str(tmp_path / "run"), "--out", str(tmp_path / "s")]) == 2
+    assert "holds no artifacts" in capsys.readouterr().err
+
+
+def test_transfer_run(shared, tmp_path):
+    """A VHs run voting with a transferred ranking: its top head's R@1 and votes are recomputed too."""
+    (run,) = [p for p in (shared / "ref_vhs").iterdir() if p.is_dir()]
+    out = tmp_path / "vhs"
+    assert icir_main(["submit", str(run), "--out", str(out)]) == 0
+    assert failures(out) == []
+    assert (out / "heads_ranking.json").is_file()
+    ranking = json.loads((out / "heads_ranking.json").read_text())
+    ranking["ranking"] = ranking["ranking"][::-1]
+    (out / "heads_ranking.json").write_text(json.dumps(ranking))
+    rehash(out)
+    assert any("vote_r1@" in line for line in failures(out))
