@@ -66,13 +66,32 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+# Shards whose bytes this process has hashed (or written), by path -> (size, mtime_ns): a store
+# reopened in the same run (the model, then the analysis stage) does not hash them again.
+_HASHED: dict[Path, tuple[int, int]] = {}
+
+
+def _stat_key(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _matches_checksum(shard: Path, checksum: Path) -> bool:
+    if _HASHED.get(shard) == _stat_key(shard):
+        return True
+    if file_sha256(shard) != checksum.read_text().strip():
+        return False
+    _HASHED[shard] = _stat_key(shard)
+    return True
+
+
 def _verified_records(shard: Path) -> dict[str, Any] | None:
     """The shard's records if its bytes match its checksum and it reads; else None (set aside, warned)."""
     checksum = checksum_path(shard)
     problem = None
     if not checksum.is_file():
         problem = "has no checksum file"
-    elif file_sha256(shard) != checksum.read_text().strip():
+    elif not _matches_checksum(shard, checksum):
         problem = "does not match its checksum (changed or cut after it was written)"
     else:
         try:
@@ -218,6 +237,7 @@ class ActivationStore:
                 save_file(tensors, str(tmp), metadata={"records": json.dumps(records, sort_keys=True)})
                 with atomic_file(checksum_path(shard)) as sum_tmp:
                     sum_tmp.write_text(file_sha256(tmp) + "\n")
+            _HASHED[shard] = _stat_key(shard)
             for doc_id, (record, _) in docs.items():
                 self._index.setdefault((task, doc_id), (shard, record))
             self._seen_shards.add(shard)
