@@ -77,12 +77,13 @@ HIGHER_IS_BETTER = {
 def add_to_results(results: dict, analyses: dict[str, HeadAnalysis]) -> None:
     """Put each unit's head metrics into lm-eval's ``results`` (and ``groups``) rows, in place."""
     for name, analysis in analyses.items():
-        values = {f"{metric},none": value for metric, value in _table_values(analysis).items()}
+        table = _table_values(analysis)
+        values = {f"{metric},none": value for metric, value in table.items()}
         for section in ("results", "groups"):
             if name in results.get(section, {}):
                 results[section][name].update(values)
         better = results.setdefault("higher_is_better", {}).setdefault(name, {})
-        better.update({metric: HIGHER_IS_BETTER[metric] for metric in _table_values(analysis)})
+        better.update({metric: HIGHER_IS_BETTER[metric] for metric in table})
 
 
 def annotate_samples(samples: dict[str, list[dict]], run: RunAnalysis) -> None:
@@ -148,7 +149,7 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
     spec = run_spec(results, model_args)
     settings = json.loads((spec.store / SETTINGS_FILE).read_text())
     run = analyse_run(spec, tuple(settings["readout"]), settings)
-    record = protocol_record(settings, model_args, results, run.datasets)
+    record = protocol_record(settings, model_args, results, run.datasets, spec.writer_config)
     if artifacts_dir is not None:
         for name, analysis in run.analyses.items():
             _check_unit_folder(Path(artifacts_dir) / name, record, analysis.tasks, overwrite)

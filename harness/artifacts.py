@@ -39,17 +39,11 @@ from safetensors.torch import save_file
 
 from harness.analysis import HeadAnalysis
 from harness.lm_eval_plugin.rankings_io import ranking_document
-from harness.metrics.rankings import grid_by_name, head_ranking, ranking_names
+from harness.metrics.rankings import grid_by_name, top_head_values
 from harness.plots import plot_head_grid, plot_pointer_vs_writer, plot_vote_curves
 from icir_common import atomic_file, flat_head_name, write_json
 
 TOP_K = 10
-
-
-def _top_list(grid: np.ndarray, k: int = TOP_K) -> list[list]:
-    """``[[LxxHyy, R@1], ...]`` of the top-`k` heads of `grid`, best first."""
-    order = head_ranking(grid)[:k]
-    return [[name, float(grid.ravel()[i])] for name, i in zip(ranking_names(order, grid.shape[1]), order)]
 
 
 def _save_tensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
@@ -106,9 +100,9 @@ def summary(analysis: HeadAnalysis, name: str) -> dict:
         "writer_vote_r1": None
         if analysis.writer_vote_r1 is None
         else {str(k): v for k, v in analysis.writer_vote_r1.items()},
-        "top_pointer_heads": _top_list(analysis.grids["exact"][0]),
-        "top_pointer_heads_eq3": _top_list(analysis.grids["eq3"][0]),
-        "top_writer_heads": None if analysis.writer_r1 is None else _top_list(analysis.writer_r1),
+        "top_pointer_heads": top_head_values(analysis.grids["exact"][0], TOP_K),
+        "top_pointer_heads_eq3": top_head_values(analysis.grids["eq3"][0], TOP_K),
+        "top_writer_heads": None if analysis.writer_r1 is None else top_head_values(analysis.writer_r1, TOP_K),
         "vote_ranking": analysis.vote_ranking_source,
         "writer_ranking": analysis.writer_ranking_source,
         "notes": analysis.notes,

@@ -196,10 +196,11 @@ def _analyze_file(results_file: Path, done: set[str], overwrite: bool) -> set[st
     from icir_common import atomic_file, write_json
 
     results = json.loads(results_file.read_text())
-    tasks = set(results.get("n-samples", {})) - done
+    counts = results.get("n-samples", {})
+    tasks = set(counts) - done
     if not tasks:
         return set()
-    results["n-samples"] = {t: n for t, n in results["n-samples"].items() if t in tasks}
+    results["n-samples"] = {t: n for t, n in counts.items() if t in tasks}
     date_id = results_file.stem.removeprefix("results_")
     sample_files = {path: path.stem.removeprefix("samples_").removesuffix(f"_{date_id}")
                     for path in results_file.parent.glob(f"samples_*_{date_id}.jsonl")}
@@ -215,7 +216,7 @@ def _analyze_file(results_file: Path, done: set[str], overwrite: bool) -> set[st
             lines = (json.dumps(sample, ensure_ascii=False) + "\n" for sample in results["samples"][task])
             tmp.write_text("".join(lines))
     del results["samples"]
-    results["n-samples"] = json.loads(results_file.read_text())["n-samples"]
+    results["n-samples"] = counts
     write_json(results_file, results)
     print(protocol_header(results["icir"]["protocol"]))
     print(make_table(results))

@@ -134,8 +134,10 @@ def merged_token_summary(summaries: Sequence[Mapping[str, float] | None]) -> dic
             "mean": sum(s["mean"] * s["images"] for s in parts) / images, "max": max(s["max"] for s in parts)}
 
 
-def protocol_settings(capture: Mapping[str, Any], model_args: Mapping[str, Any], config: Mapping[str, Any]) -> dict:
-    """Every setting a run's numbers depend on: capture settings, analysis settings, lm-eval's config."""
+def protocol_settings(capture: Mapping[str, Any], model_args: Mapping[str, Any], config: Mapping[str, Any],
+                      writer_config: WriterProbeConfig) -> dict:
+    """Every setting a run's numbers depend on: capture settings, analysis settings (the writer
+    probes' as the analysis stage parsed them), lm-eval's config."""
     limit = config.get("limit")  # lm-eval keeps a document count as a float
     limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
     return {
@@ -143,7 +145,7 @@ def protocol_settings(capture: Mapping[str, Any], model_args: Mapping[str, Any],
         "pointer_scores": {"exact": "Eq. 1 (the model's attention rows)", "eq3": f"Eq. 3 ({capture.get('eq3')})"},
         "readout": list(capture.get("readout", [])),
         "image_inputs": capture.get("image_inputs"),
-        "writer_config": dataclasses.asdict(WriterProbeConfig.from_arguments(model_args)),
+        "writer_config": dataclasses.asdict(writer_config),
         "vote_ks": list(VOTE_KS),
         "heads_ranking": model_args.get("heads_ranking"),
         "writer_probes": model_args.get("writer_probes"),
@@ -177,7 +179,7 @@ def deviations(settings: Mapping[str, Any]) -> list[str]:
 
 
 def protocol_record(capture: Mapping[str, Any], model_args: Mapping[str, Any], results: Mapping[str, Any],
-                    datasets: Mapping[str, Any]) -> dict:
+                    datasets: Mapping[str, Any], writer_config: WriterProbeConfig) -> dict:
     """The ``protocol.json`` of a run (module docstring).
 
     Args:
@@ -186,8 +188,9 @@ def protocol_record(capture: Mapping[str, Any], model_args: Mapping[str, Any], r
         model_args: the run's ``hf-multimodal-heads`` arguments.
         results: lm-eval's results dict (its ``config``: limit, seeds, generation kwargs).
         datasets: ``{task: {"documents", "fingerprint", "visual_tokens_per_image"}}``.
+        writer_config: the writer-probe settings the analysis stage used.
     """
-    settings = protocol_settings(capture, model_args, results.get("config", {}))
+    settings = protocol_settings(capture, model_args, results.get("config", {}), writer_config)
     off = deviations(settings)
     return {
         "protocol": PROTOCOL,

@@ -210,11 +210,10 @@ def every_head_note(run: Run, k: int, n_heads: int) -> list[str]:
 
 
 def _top_list(grid, n: int) -> list:
-    """``[[LxxHyy, R@1], ...]`` of the top-`n` heads (`rankings.head_ranking`: ties by flat index)."""
-    from harness.metrics.rankings import head_ranking, ranking_names
+    """`rankings.top_head_values`, imported when a table needs it (``icir --help`` loads no scipy)."""
+    from harness.metrics.rankings import top_head_values
 
-    order = head_ranking(grid)[:n]
-    return [[name, float(grid.ravel()[i])] for name, i in zip(ranking_names(order, grid.shape[1]), order)]
+    return top_head_values(grid, n)
 
 
 def _spearman(a, b) -> float | None:
@@ -450,15 +449,21 @@ def _discovery_grids(run: Run) -> tuple[str, Any, Any, Any]:
     return unit, eq3[position], exact[position], writer[position]["writer_r1"]
 
 
+def _discovery_top_k(run: Run, options: argparse.Namespace, notes: list[str]) -> tuple[str, Any, Any, Any, int]:
+    """`_discovery_grids` plus the run's K (`top_k`); a note goes to `notes` when K is every head."""
+    unit, pointer, exact, writer = _discovery_grids(run)
+    k = top_k(pointer, options.top_k)
+    notes += every_head_note(run, k, pointer.size)
+    return unit, pointer, exact, writer, k
+
+
 def table_11(runs: list[Run], options: argparse.Namespace) -> Table:
     """Table 11 (App. I): heads in both the pointer and the writer top-K, by pointer rank."""
     from harness.metrics.rankings import set_partition
 
     rows, notes = [], []
     for run in runs:
-        _, pointer, exact, writer = _discovery_grids(run)
-        k = top_k(pointer, options.top_k)
-        notes += every_head_note(run, k, pointer.size)
+        _, pointer, exact, writer, k = _discovery_top_k(run, options, notes)
         part = set_partition(pointer, writer, k)
         for head in part.overlap:
             layer, index = parse_head_name(head)
@@ -478,9 +483,7 @@ def table_13(runs: list[Run], options: argparse.Namespace) -> Table:
 
     rows, notes = [], []
     for run in runs:
-        unit, pointer, exact, writer = _discovery_grids(run)
-        k = top_k(pointer, options.top_k)
-        notes += every_head_note(run, k, pointer.size)
+        unit, pointer, exact, writer, k = _discovery_top_k(run, options, notes)
         overlap = round(top_k_overlap(pointer, writer, k) * k)
         chance = chance_overlap(k, *pointer.shape)
         rows.append({"Model": run.name, "Data": unit, "Heads": int(pointer.size),

@@ -50,6 +50,12 @@ def ranking_names(ranking: Sequence[int], n_heads: int) -> list[str]:
     return [flat_head_name(i, n_heads) for i in ranking]
 
 
+def top_head_values(grid: np.ndarray, k: int) -> list[list]:
+    """``[[LxxHyy, R@1], ...]`` of the top-``k`` heads of ``grid``, best first (ties by flat index)."""
+    order = head_ranking(grid)[:k]
+    return [[name, float(np.asarray(grid).ravel()[i])] for name, i in zip(ranking_names(order, grid.shape[1]), order)]
+
+
 def top_heads(grid: np.ndarray, k: int) -> list[str]:
     """Names of the top-``k`` heads of ``grid`` (H_K in the paper), best first."""
     grid = check_grid(grid)
