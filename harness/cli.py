@@ -18,7 +18,7 @@ SUBCOMMAND_MODULES = (
     "harness.demo",
     "harness.demo_model.cli",
     "harness.report",
-    "harness.submission",
+    "harness.leaderboard.cli",
 )
 
 

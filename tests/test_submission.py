@@ -13,8 +13,11 @@ import pytest
 from lm_eval_helpers import build_shared, shared_root
 from safetensors.numpy import load_file, save_file
 
+from harness.activation_store import file_sha256
 from harness.cli import main as icir_main
-from harness.submission import MANIFEST, file_sha256, validate, write_manifest
+from harness.leaderboard.bundle import write_manifest
+from harness.leaderboard.schema import MANIFEST
+from harness.leaderboard.validate import validate
 
 TASK = "icir_mcq_n5"
 

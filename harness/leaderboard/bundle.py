@@ -1,0 +1,176 @@
+"""``icir submit``: bundle a finished run as a submission folder (and a deterministic ``.tar.gz``)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import shutil
+import tarfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.activation_store import file_sha256
+from harness.constants import ARTIFACTS_FOLDER
+from harness.leaderboard.schema import MANIFEST, SCHEMA_VERSION, UNIT_SUFFIXES
+from harness.protocol import PROTOCOL_FILE
+from icir_common import UserInputError
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserInputError(f"cannot read {path}: {err}") from None
+
+
+def _unit_folders(run_folder: Path) -> dict[str, Path]:
+    artifacts = run_folder / ARTIFACTS_FOLDER
+    units = {p.name: p for p in sorted(artifacts.iterdir()) if p.is_dir()} if artifacts.is_dir() else {}
+    units = {name: p for name, p in units.items() if (p / PROTOCOL_FILE).is_file() and (p / "summary.json").is_file()}
+    if not units:
+        raise UserInputError(f"{run_folder} holds no artifacts ({ARTIFACTS_FOLDER}/<task>/protocol.json); "
+                             "pass a run folder OUTPUT/<model> of icir eval --output_path OUTPUT")
+    return units
+
+
+def _results_by_task(run_folder: Path, tasks: list[str]) -> dict[str, Path]:
+    """The newest ``results_*.json`` of `run_folder` holding each task."""
+    found: dict[str, Path] = {}
+    for path in sorted(run_folder.glob("results_*.json"), reverse=True):
+        results = read_json(path).get("results", {})
+        for task in tasks:
+            if task in results and task not in found:
+                found[task] = path
+    missing = [task for task in tasks if task not in found]
+    if missing:
+        raise UserInputError(f"{run_folder} has no results_*.json holding {', '.join(missing)}")
+    return found
+
+
+def is_limit_run(record: Mapping[str, Any]) -> bool:
+    settings = record.get("settings") or {}
+    return settings.get("limit") is not None or any(str(d).startswith("--limit") for d in record.get("deviations", []))
+
+
+def _model_entry(record: Mapping[str, Any]) -> dict:
+    model = record["model"]
+    return {
+        "id": model.get("pretrained"), "source": model.get("source"), "revision": model.get("revision"),
+        "commit": model.get("commit"), "weights_sha256": model.get("weights_sha256"), "dtype": model.get("dtype"),
+        "attn_implementation": model.get("attn_implementation"), "n_layers": model.get("n_layers"),
+        "n_heads": model.get("n_heads"),
+    }
+
+
+def _unit_files(folder: Path, probes: bool) -> list[Path]:
+    files = [p for p in sorted(folder.iterdir()) if p.is_file() and not p.is_symlink() and p.suffix in UNIT_SUFFIXES]
+    probe_dir = folder / "writer_probes"
+    if probes and probe_dir.is_dir():
+        files += [p for p in sorted(probe_dir.iterdir())
+                  if p.is_file() and not p.is_symlink() and p.suffix in (".json", ".safetensors")]
+    return files
+
+
+def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool = False,
+           submitter: str | None = None, link: str | None = None, probes: bool = False) -> Path:
+    """Write the submission folder of `run_folder` into `out` (module docstring); return `out`.
+
+    Raises:
+        UserInputError: no artifacts, a ``--limit`` run, units of different runs, `out` not empty.
+    """
+    run_folder, out = Path(run_folder), Path(out)
+    if not run_folder.is_dir():
+        raise UserInputError(f"run folder {run_folder} does not exist")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserInputError(f"{out} exists and is not empty; choose a new --out")
+    units = _unit_folders(run_folder)
+    records = {name: read_json(folder / PROTOCOL_FILE) for name, folder in units.items()}
+    for name, record in records.items():
+        if is_limit_run(record):
+            raise UserInputError(f"{name} is a partial run (--limit {record['settings'].get('limit')}): "
+                                 "a submission needs every document of each dataset")
+        if record.get("protocol") is None or "model" not in record:
+            raise UserInputError(f"{units[name] / PROTOCOL_FILE} is not a protocol record")
+    first = next(iter(records.values()))
+    key = ("protocol", "settings", "model", "versions")
+    for name, record in records.items():
+        if any(record.get(k) != first.get(k) for k in key):
+            raise UserInputError(f"{name}'s protocol record differs from {next(iter(records))}'s: "
+                                 "the run folder mixes runs; submit one run")
+    tasks = sorted({task for name, folder in units.items() for task in read_json(folder / "summary.json")["tasks"]})
+    results = _results_by_task(run_folder, tasks)
+    datasets: dict[str, dict] = {}
+    for record in records.values():
+        datasets.update(record.get("datasets", {}))
+    protocol = {**first, "datasets": {task: datasets[task] for task in sorted(datasets)}}
+
+    out.mkdir(parents=True, exist_ok=True)
+    copies: list[tuple[Path, str]] = [(path, f"results/{path.name}") for path in sorted(set(results.values()))]
+    manifest: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "model": _model_entry(first),
+        "protocol": protocol,
+        "versions": first.get("versions", {}),
+        "tasks": tasks,
+        "units": {name: read_json(folder / "summary.json")["tasks"] for name, folder in units.items()},
+        "datasets": {task: {"documents": d["documents"], "fingerprint": d["fingerprint"]}
+                     for task, d in protocol["datasets"].items() if task in tasks},
+        "results": {task: f"results/{path.name}" for task, path in sorted(results.items())},
+    }
+    ranking = first["settings"].get("heads_ranking")
+    if ranking:
+        if not Path(ranking).is_file():
+            raise UserInputError(f"the run voted with heads_ranking={ranking}, which is gone; "
+                                 "the validator needs it to recompute the votes")
+        copies.append((Path(ranking), "heads_ranking.json"))
+        manifest["heads_ranking"] = {"file": "heads_ranking.json", "source": str(ranking)}
+    for name, folder in units.items():
+        copies += [(path, f"artifacts/{name}/{path.relative_to(folder).as_posix()}")
+                   for path in _unit_files(folder, probes)]
+    if submitter:
+        manifest["submitter"] = submitter
+    if link:
+        manifest["link"] = link
+    entries = []
+    for source, relative in sorted(copies, key=lambda c: c[1]):
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        entries.append({"path": relative, "sha256": file_sha256(target), "size": target.stat().st_size})
+    manifest["files"] = entries
+    write_manifest(out, manifest)
+    if archive:
+        write_archive(out, out.with_name(out.name + ".tar.gz"))
+    return out
+
+
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> Path:
+    """Write the manifest (sorted keys, so the same run gives the same bytes); return its path."""
+    path = Path(folder) / MANIFEST
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def write_archive(folder: Path, path: Path) -> Path:
+    """A deterministic ``.tar.gz`` of `folder` (members under ``folder.name/``, sorted, fixed metadata)."""
+    folder = Path(folder)
+    members = sorted(p for p in folder.rglob("*"))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for member in [folder, *members]:
+            name = folder.name if member == folder else f"{folder.name}/{member.relative_to(folder).as_posix()}"
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            if member.is_dir():
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.mode, info.size = 0o644, member.stat().st_size
+                with open(member, "rb") as handle:
+                    tar.addfile(info, handle)
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+        gz.write(buffer.getvalue())
+    return path
