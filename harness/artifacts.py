@@ -39,7 +39,8 @@ from safetensors.torch import save_file
 
 from harness.analysis import HeadAnalysis
 from harness.lm_eval_plugin.rankings_io import ranking_document
-from harness.metrics.rankings import grid_by_name, top_head_values
+from harness.constants import TOP_K_SETS
+from harness.metrics.rankings import chance_overlap, grid_by_name, top_head_values, top_k_overlap
 from harness.plots import plot_head_grid, plot_pointer_vs_writer, plot_vote_curves
 from icir_common import atomic_file, flat_head_name, write_json
 
@@ -80,6 +81,19 @@ def pointer_values(analysis: HeadAnalysis) -> dict[str, float | int | None]:
     return values
 
 
+def pointer_writer_overlap(analysis: HeadAnalysis) -> dict | None:
+    """``{"k", "count", "chance"}``: heads in both the pointer and the writer top-K sets (App. J.1).
+
+    K is `TOP_K_SETS` capped at L*H; chance is ``K^2 / (L*H)`` (`chance_overlap`). None without
+    writer R@1.
+    """
+    if analysis.writer_r1 is None:
+        return None
+    k = min(TOP_K_SETS, analysis.table_grid.size)
+    count = round(top_k_overlap(analysis.table_grid, analysis.writer_r1, k) * k)
+    return {"k": k, "count": count, "chance": chance_overlap(k, *analysis.table_grid.shape)}
+
+
 def summary(analysis: HeadAnalysis, name: str) -> dict:
     """The JSON summary of one analysis (``summary.json``; also what the CLI prints)."""
     values = pointer_values(analysis)
@@ -96,6 +110,8 @@ def summary(analysis: HeadAnalysis, name: str) -> dict:
         **heads,
         "pointer_top_head_index": values["pointer_top_head"],
         "writer_r1": None if analysis.writer_r1 is None else analysis.writer_best,
+        "writer_top_head": None if analysis.writer_r1 is None else top_head_values(analysis.writer_r1, 1)[0][0],
+        "pointer_writer_overlap": pointer_writer_overlap(analysis),
         "vote_r1": {str(k): v for k, v in analysis.vote_r1.items()},
         "writer_vote_r1": None
         if analysis.writer_vote_r1 is None

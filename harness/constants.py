@@ -31,6 +31,10 @@ POOLED_GROUPS: dict[str, tuple[str, ...]] = {ICIR_MCQ_GROUP: ICIR_MCQ_TASKS}
 # Top-K majority votes (App. H, Figure 6).
 VOTE_KS: tuple[int, ...] = (1, 3, 5, 10, 20, 30)
 
+# Size K of the top-K head sets the paper compares (App. G, I, J: the top-100 of 1,152 heads),
+# capped at L*H for smaller models.
+TOP_K_SETS = 100
+
 # Readout positions (App. G): the cattok, the next four tokens, the prompt's middle, its last token.
 READOUT_POSITIONS: tuple[str, ...] = ("cattok", "+1", "+2", "+3", "+4", "mid", "last")
 

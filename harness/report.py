@@ -42,11 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS
+from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS
 from icir_common import UserInputError, parse_head_name
 
 TABLES = (1, 2, 3, 5, 6, 10, 11, 13)
-TOP_K = 100  # the paper's top-100 head sets (App. G, I, J)
 TOP_N = 5  # Tables 1 and 3 list the top-5 heads
 VHS_SIZE = 10  # Tables 2 and 6: Visual Haystacks N=10
 REFERENCE_POSITION = "cattok"  # Table 10 compares every position with the cattok
@@ -498,7 +497,7 @@ def table_13(runs: list[Run], options: argparse.Namespace) -> Table:
 BUILDERS = {1: table_1, 2: table_2, 3: table_3, 5: table_5, 6: table_6, 10: table_10, 11: table_11, 13: table_13}
 
 
-def build_table(number: int, folders: list[Path], top_k: int = TOP_K, vhs_size: int = VHS_SIZE) -> Table:
+def build_table(number: int, folders: list[Path], top_k: int = TOP_K_SETS, vhs_size: int = VHS_SIZE) -> Table:
     """Table `number` of the paper from the run folders `folders` (one model each).
 
     Raises:
@@ -527,8 +526,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run folders OUTPUT/<model> of icir eval --output_path OUTPUT (one model each)")
     parser.add_argument("--table", type=int, required=True, choices=TABLES, help="the paper's table number")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
-    parser.add_argument("--top_k", type=int, default=TOP_K,
-                        help=f"size of the top-K head sets of tables 10, 11, 13 (default {TOP_K}; capped at L*H)")
+    parser.add_argument("--top_k", type=int, default=TOP_K_SETS,
+                        help=f"size of the top-K head sets of tables 10, 11, 13 (default {TOP_K_SETS}; capped at L*H)")
     parser.add_argument("--vhs_size", type=int, default=VHS_SIZE,
                         help=f"Visual Haystacks haystack size N of tables 2 and 6 (default {VHS_SIZE})")
     parser.set_defaults(func=run_report)

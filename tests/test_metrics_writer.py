@@ -96,11 +96,13 @@ def test_scores_match_a_numpy_reimplementation(data, fit):
     assert fit.pool_size == len(pool_ids) < len(rows)
     pool = np.stack([targets[ids.index(i)] for i in pool_ids]).astype(np.float64)
     target_pool = np.array([pool_ids.index(ids[r]) for r in rows])
+    np.testing.assert_array_equal(fit.report_target, target_pool)
     for layer, head in [PLANTED, (0, 0)]:
         f, g = numpy_head(fit.probes, layer * N_HEADS + head)
         queries = f(head_output[rows, layer, head].astype(np.float64))
-        hits = (queries @ g(pool).T).argmax(axis=1) == target_pool
-        assert fit.r1[layer, head] == pytest.approx(hits.mean())
+        picks = (queries @ g(pool).T).argmax(axis=1)
+        np.testing.assert_array_equal(fit.report_picks[:, layer, head], picks)
+        assert fit.r1[layer, head] == pytest.approx((picks == target_pool).mean())
         votes = [np.argmax(g(candidates.embeds[r, : candidates.n_images[r]].numpy().astype(np.float64)) @ queries[j])
                  for j, r in enumerate(rows)]
         in_context = fit.probes.in_context_votes(head_output, candidates.rows(rows), rows=rows)

@@ -61,7 +61,8 @@ def _model_entry(record: Mapping[str, Any]) -> dict:
         "id": model.get("pretrained"), "source": model.get("source"), "revision": model.get("revision"),
         "commit": model.get("commit"), "weights_sha256": model.get("weights_sha256"), "dtype": model.get("dtype"),
         "attn_implementation": model.get("attn_implementation"), "n_layers": model.get("n_layers"),
-        "n_heads": model.get("n_heads"),
+        "n_heads": model.get("n_heads"), "architecture": model.get("architecture"),
+        "model_type": model.get("model_type"), "n_parameters": model.get("n_parameters"),
     }
 
 

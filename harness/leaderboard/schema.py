@@ -30,7 +30,7 @@ SCHEMA: dict[str, Any] = {
         "model": {
             "type": "object",
             "required": ["id", "source", "revision", "commit", "weights_sha256", "dtype", "attn_implementation",
-                         "n_layers", "n_heads"],
+                         "n_layers", "n_heads", "architecture", "model_type", "n_parameters"],
             "additionalProperties": False,
             "properties": {
                 "id": {"type": "string", "minLength": 1},
@@ -42,6 +42,9 @@ SCHEMA: dict[str, Any] = {
                 "attn_implementation": _NULLABLE_STR,
                 "n_layers": {"type": "integer", "minimum": 1},
                 "n_heads": {"type": "integer", "minimum": 1},
+                "architecture": {"type": "string", "minLength": 1},
+                "model_type": {"type": "string", "minLength": 1},
+                "n_parameters": {"type": "integer", "minimum": 1},
             },
         },
         "protocol": {

@@ -233,7 +233,8 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
     def capture_settings(self) -> dict[str, Any]:
         """What every stored capture depends on (a store refuses records made otherwise): the
         model's identity (weights sha256 or Hub commit), dtype, kernel, chat template, Eq. 3 variant,
-        readout positions, image inputs and shape (`harness.protocol` records them)."""
+        readout positions, image inputs, architecture, parameter count and L x H shape
+        (`harness.protocol` records them)."""
         pretrained = str(self.pretrained) if isinstance(self.pretrained, str) else self.model.name_or_path
         return {
             "model": pretrained,
@@ -247,6 +248,9 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             "image_inputs": self.image_call.record,
             "layers": self.n_layers,
             "heads": self.n_heads,
+            "architecture": (getattr(self.model.config, "architectures", None) or [type(self.model).__name__])[0],
+            "model_type": self.model.config.model_type,
+            "n_parameters": sum(p.numel() for p in self.model.parameters()),
         }
 
     # ------------------------------------------------------------------ capture

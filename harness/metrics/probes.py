@@ -87,17 +87,17 @@ def image_pool(target_embeds: torch.Tensor, image_ids: Sequence[Any] | None = No
     return target_embeds[torch.as_tensor(keep)], index
 
 
-def pool_hits(queries: torch.Tensor, pool: torch.Tensor, target_pool_index: torch.Tensor) -> torch.Tensor:
-    """Per head, how many queries rank their target first in the pool: int64 ``[n]``.
+def pool_picks(queries: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """Per head and query, the pool item ranked first: int64 ``[n, S]`` (pool indices).
 
-    ``queries`` ``[n, S, k]`` and ``pool`` ``[n, P, k]`` are normalised embeddings;
-    ``target_pool_index`` ``[S]``. Ties go to the smallest pool index (``torch.argmax``).
+    ``queries`` ``[n, S, k]`` and ``pool`` ``[n, P, k]`` are normalised embeddings. Ties go to the
+    smallest pool index (``torch.argmax``). A query's hit is ``picks == target_pool_index``.
     """
-    hits = torch.zeros(queries.shape[0], dtype=torch.int64, device=queries.device)
+    picks = torch.empty(queries.shape[:2], dtype=torch.int64, device=queries.device)
     for start in range(0, queries.shape[1], ROW_BLOCK):
         scores = queries[:, start : start + ROW_BLOCK] @ pool.transpose(1, 2)
-        hits += (scores.argmax(dim=-1) == target_pool_index[start : start + ROW_BLOCK]).sum(dim=1)
-    return hits
+        picks[:, start : start + ROW_BLOCK] = scores.argmax(dim=-1)
+    return picks
 
 
 def _uniform(generator: torch.Generator, shape: tuple[int, ...], fan_in: int) -> torch.Tensor:
@@ -296,6 +296,41 @@ class WriterProbes:
         return votes.reshape(scores.shape[0], self.n_layers, self.n_heads)
 
     @torch.no_grad()
+    def pool_picks(
+        self,
+        head_output: Any,
+        target_embeds: Any,
+        image_ids: Sequence[Any] | None = None,
+        rows: Sequence[int] | None = None,
+        device: str = "cpu",
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """Each head's pick in the pool of the scored samples' distinct target images (§5.1).
+
+        Args:
+            head_output: ``[S, L, H, d_h]``.
+            target_embeds: ``[S, d_model]`` target image embedding of each sample.
+            image_ids: optional ``[S]`` image ids; see :func:`image_pool`.
+            rows: optional sample indices to score (default all).
+            device: where to compute.
+
+        Returns:
+            ``(picks, target_index, pool_size)``: int64 ``[R, L, H]`` pool index each head ranks
+            first for each scored row (-1 for heads without a probe here), int64 ``[R]`` the
+            target's pool index, and P. Writer R@1 is ``mean(picks == target_index)`` over rows;
+            chance is ``1 / P``.
+        """
+        self._check_head_output(head_output)
+        rows = np.arange(head_output.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
+        embeds = as_cpu_tensor(target_embeds)[torch.as_tensor(rows)]
+        ids = None if image_ids is None else [image_ids[int(r)] for r in rows]
+        pool, target_index = image_pool(embeds, ids)
+        pool = pool.to(device)
+        picks = np.full((rows.size, self.n_layers * self.n_heads), -1, dtype=np.int64)
+        for _, probes in self._blocks(device):
+            queries = probes.encode_heads(head_slice(head_output, rows, probes.heads).to(device))
+            picks[:, probes.heads] = pool_picks(queries, probes.encode_images(pool)).cpu().numpy().T
+        return picks.reshape(rows.size, self.n_layers, self.n_heads), target_index, int(pool.shape[0])
+
     def pool_r1(
         self,
         head_output: Any,
@@ -306,29 +341,13 @@ class WriterProbes:
     ) -> tuple[np.ndarray, int]:
         """Writer R@1 over the pool of the scored samples' distinct target images (§5.1).
 
-        Args:
-            head_output: ``[S, L, H, d_h]``.
-            target_embeds: ``[S, d_model]`` target image embedding of each sample.
-            image_ids: optional ``[S]`` image ids; see :func:`image_pool`.
-            rows: optional sample indices to score (default all).
-            device: where to compute.
-
-        Returns:
-            ``(r1, pool_size)``: float64 ``[L, H]`` (NaN for heads without a probe here) and P;
-            chance is ``1 / P``.
+        Arguments as :meth:`pool_picks`. Returns ``(r1, pool_size)``: float64 ``[L, H]`` (NaN for
+        heads without a probe here) and P; chance is ``1 / P``.
         """
-        self._check_head_output(head_output)
-        rows = np.arange(head_output.shape[0]) if rows is None else np.asarray(rows, dtype=np.int64)
-        embeds = as_cpu_tensor(target_embeds)[torch.as_tensor(rows)]
-        ids = None if image_ids is None else [image_ids[int(r)] for r in rows]
-        pool, target_index = image_pool(embeds, ids)
-        pool, target_index = pool.to(device), torch.as_tensor(target_index, device=device)
-        r1 = np.full(self.n_layers * self.n_heads, np.nan)
-        for _, probes in self._blocks(device):
-            queries = probes.encode_heads(head_slice(head_output, rows, probes.heads).to(device))
-            hits = pool_hits(queries, probes.encode_images(pool), target_index)
-            r1[probes.heads] = hits.cpu().numpy() / rows.size
-        return r1.reshape(self.n_layers, self.n_heads), int(pool.shape[0])
+        picks, target_index, pool_size = self.pool_picks(head_output, target_embeds, image_ids, rows, device)
+        r1 = (picks == target_index[:, None, None]).mean(axis=0, dtype=np.float64)
+        r1[(picks < 0).all(axis=0)] = np.nan
+        return r1, pool_size
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the probes to folder ``path`` (safetensors + JSON), atomically; return the path.

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from harness.metrics.candidates import InContextCandidates, as_cpu_tensor
-from harness.metrics.probes import ROW_BLOCK, WriterProbes, head_slice, image_pool, pool_hits
+from harness.metrics.probes import ROW_BLOCK, WriterProbes, head_slice, image_pool, pool_picks
 from harness.metrics.rankings import grid_by_name
 from icir_common import UserInputError
 
@@ -159,6 +159,9 @@ class WriterFit:
         selection_split, report_split: "eval" and "eval" (paper) or "eval" and "test".
         n_train, n_selection, n_report: sample counts.
         report_rows: int64 sample indices of the report split (for rescoring with the probes).
+        report_picks: int32 ``[n_report, L, H]`` pool index each head's probe ranks first for
+            each report row; ``report_target`` int64 ``[n_report]`` the target's pool index.
+            ``r1 == mean(report_picks == report_target)`` over rows: the per-document writer record.
         heads_per_chunk: how many heads were trained at once.
     """
 
@@ -177,6 +180,8 @@ class WriterFit:
     n_selection: int
     n_report: int
     report_rows: np.ndarray
+    report_picks: np.ndarray
+    report_target: np.ndarray
     heads_per_chunk: int
 
     @property
@@ -326,6 +331,7 @@ class _ChunkTrainer:
         self.best = [p.detach().clone() for p in self.probes.parameters()]
         self.best_r1 = torch.full((n,), -1.0, dtype=torch.float64, device=device)
         self.best_epoch = torch.zeros(n, dtype=torch.int64, device=device)
+        self.best_picks: torch.Tensor | None = None  # [n, S_selection] at each head's best epoch
 
     def step(self, x: torch.Tensor, targets: torch.Tensor, duplicate: torch.Tensor | None,
              candidates: torch.Tensor | None, negative_mask: torch.Tensor | None) -> None:
@@ -355,20 +361,23 @@ class _ChunkTrainer:
 
     @torch.no_grad()
     def select(self, epoch: int, x: torch.Tensor, pool: torch.Tensor, target_index: torch.Tensor) -> None:
-        """Score the selection split; heads that improved keep this epoch's weights."""
-        r1 = self.r1(self.probes, x, pool, target_index)
+        """Score the selection split; heads that improved keep this epoch's weights and picks."""
+        picks = self.picks(self.probes, x, pool)
+        r1 = (picks == target_index).sum(dim=1).double() / x.shape[1]
         improved = r1 > self.best_r1
         for best, current in zip(self.best, self.probes.parameters()):
             best[improved] = current.detach()[improved]
+        if self.best_picks is None:
+            self.best_picks = picks.clone()
+        self.best_picks[improved] = picks[improved]
         self.best_r1 = torch.where(improved, r1, self.best_r1)
         self.best_epoch[improved] = epoch
 
     @staticmethod
     @torch.no_grad()
-    def r1(probes: WriterProbes, x: torch.Tensor, pool: torch.Tensor, target_index: torch.Tensor) -> torch.Tensor:
-        """Pool R@1 ``[n]`` (float64) of ``probes`` on head outputs ``x [n, S, d_h]``."""
-        hits = pool_hits(probes.encode_heads(x), probes.encode_images(pool), target_index)
-        return hits.double() / x.shape[1]
+    def picks(probes: WriterProbes, x: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+        """Pool index ``[n, S]`` (int64) each head's probe ranks first for head outputs ``x [n, S, d_h]``."""
+        return pool_picks(probes.encode_heads(x), probes.encode_images(pool))
 
     def best_probes(self) -> WriterProbes:
         """The selected weights as CPU probes."""
@@ -415,7 +424,7 @@ class _ChunkResult:
     probes: WriterProbes
     selection_r1: torch.Tensor
     best_epoch: torch.Tensor
-    report_r1: torch.Tensor
+    report_picks: torch.Tensor  # int64 [n, S_report]
 
 
 def _train_chunk(trainer: _ChunkTrainer, head_output: Any, heads: np.ndarray, data: _TrainingData,
@@ -443,11 +452,11 @@ def _train_chunk(trainer: _ChunkTrainer, head_output: Any, heads: np.ndarray, da
         bar.update()
     best = trainer.best_probes()
     if split.report_name == "eval":
-        report_r1 = trainer.best_r1.cpu()
+        report_picks = trainer.best_picks.cpu()
     else:
         x_report = head_slice(head_output, split.report, heads).to(device)
-        report_r1 = _ChunkTrainer.r1(best.to(device), x_report, data.report_pool, data.report_index).cpu()
-    return _ChunkResult(best, trainer.best_r1.cpu(), trainer.best_epoch.cpu(), report_r1)
+        report_picks = _ChunkTrainer.picks(best.to(device), x_report, data.report_pool).cpu()
+    return _ChunkResult(best, trainer.best_r1.cpu(), trainer.best_epoch.cpu(), report_picks)
 
 
 def _in_context_r1(probes: WriterProbes, head_output: Any, candidates, report_rows: np.ndarray, device: str):
@@ -467,8 +476,10 @@ def _writer_fit(results: Sequence[_ChunkResult], data: _TrainingData, probes: Wr
     def grid(field: str) -> np.ndarray:
         return torch.cat([getattr(r, field) for r in results]).numpy().reshape(probes.n_layers, probes.n_heads)
 
+    picks = torch.cat([r.report_picks for r in results]).T.numpy().reshape(-1, probes.n_layers, probes.n_heads)
+    target = data.report_index.cpu().numpy()
     return WriterFit(
-        r1=grid("report_r1").astype(np.float64),
+        r1=(picks == target[:, None, None]).mean(axis=0, dtype=np.float64),
         chance=1.0 / data.report_pool.shape[0],
         pool_size=int(data.report_pool.shape[0]),
         selection_r1=grid("selection_r1").astype(np.float64),
@@ -483,6 +494,8 @@ def _writer_fit(results: Sequence[_ChunkResult], data: _TrainingData, probes: Wr
         n_selection=int(data.split.selection.size),
         n_report=int(data.split.report.size),
         report_rows=data.split.report,
+        report_picks=picks.astype(np.int32),
+        report_target=target.astype(np.int64),
         heads_per_chunk=chunk,
     )
 
