@@ -170,6 +170,11 @@ class HeadAnalysis:
         writer_r1: float64 ``[L, H]`` writer R@1 at ``positions[0]`` (pool R@1 of the fit, or the
             in-context R@1 under given probes on VHs), or None.
         writer_vote_r1: ``{K: R@1}`` of the writer ranking's trained-probe vote (VHs with probes).
+        writer_votes: int64 ``[S, L, H]`` the image each head's probe picks among the document's
+            own images (VHs with probes), or None.
+        writer_records: the fit's per-row pool picks at ``positions[0]`` (ICIR-MCQ), or None:
+            ``writer_pick`` int32 ``[R, L, H]``, ``writer_target`` int64 ``[R]`` (pool indices),
+            ``task_index`` int64 ``[R]`` (into `tasks`) and ``doc_id`` int64 ``[R]`` of each report row.
         notes: why a metric is missing or how it was computed, for the summary.
     """
 
@@ -190,6 +195,8 @@ class HeadAnalysis:
     writer_r1: np.ndarray | None = None
     writer_ranking_source: str | None = None
     writer_vote_r1: dict[int, float] | None = None
+    writer_votes: np.ndarray | None = None
+    writer_records: dict[str, np.ndarray] | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -306,6 +313,10 @@ def _fit_writer(analysis: HeadAnalysis, parts: Sequence[TaskDocs], config: Write
         )
     fit = analysis.writer_fits[analysis.positions[0]]
     analysis.writer_r1, analysis.writer_ranking_source = fit.r1, "writer probes fit in this run"
+    task_index = np.concatenate([np.full(part.doc_ids.size, i, dtype=np.int64) for i, part in enumerate(parts)])
+    doc_ids = np.concatenate([part.doc_ids for part in parts])
+    analysis.writer_records = {"writer_pick": fit.report_picks, "writer_target": fit.report_target,
+                               "task_index": task_index[fit.report_rows], "doc_id": doc_ids[fit.report_rows]}
     analysis.notes.append(fit.note)
     if fit.pool_size < MEANINGFUL_POOL:
         analysis.notes.append(
@@ -323,6 +334,7 @@ def _score_writer(analysis: HeadAnalysis, parts: Sequence[TaskDocs], probes_dir:
     embeds = [e for part, mask in zip(parts, keep) for e, k in zip(part.image_embeds, mask) if k]
     candidates = InContextCandidates.from_list(embeds, analysis.targets)
     votes = probes.in_context_votes(head_output, candidates, device=_probe_device())
+    analysis.writer_votes = votes
     analysis.writer_r1 = (votes == analysis.targets[:, None, None]).mean(axis=0, dtype=np.float64)
     analysis.writer_ranking_source = probes_dir
     analysis.writer_vote_r1 = vote_curve(votes, analysis.targets, ranking)

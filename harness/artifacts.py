@@ -21,7 +21,14 @@ PNG figures of the same numbers (`harness.plots`)::
     head_records.safetensors per-document head records (tasks only): "pointer_image" [docs, L, H]
                              int16, the image each head points to at the reported position
                              (exact), "pointer_image_eq3" (Eq. 3);
-                             "target_image" [docs] int16; "doc_id" [docs] int64
+                             "target_image" [docs] int16; "doc_id" [docs] int64; with writer
+                             probes (VHs) "writer_image" [docs, L, H] int16, each head's probe's
+                             pick among the document's own images
+    writer_records.safetensors  the writer fit's per-document records (ICIR-MCQ, the unit that fit
+                             the probes): "writer_pick" [R, L, H] int32, the pool item each head's
+                             probe ranks first for each report document; "writer_target" [R]
+                             int64 (its target's pool index); "task_index" [R] (into the
+                             summary's tasks), "doc_id" [R] int64
     pointer_r1_grid.png      layer x head pointer R@1 heatmap at the reported position (Figure 4)
     vote_r1.png              vote R@1 over K, pointer and (VHs with probes) writer ranking (Figure 6)
     writer_r1_grid.png       layer x head writer R@1 heatmap (Figure 5), when writer R@1 exists
@@ -181,6 +188,8 @@ def _write_writer(analysis: HeadAnalysis, folder: Path) -> None:
     write_json(folder / "writer_r1.json", details)
     _save_arrays(folder / "writer_r1.safetensors", "writer_r1", analysis.writer_r1, {"position": position})
     write_json(folder / "writer_ranking.json", ranking_document(analysis.writer_r1, "writer", position))
+    if analysis.writer_records is not None:
+        _save_tensors(folder / "writer_records.safetensors", analysis.writer_records, {"position": position})
     for p, fit in analysis.writer_fits.items():
         fit.probes.save(folder / ("writer_probes" if p == position else f"writer_probes@{p}"), overwrite=True)
 
@@ -196,6 +205,8 @@ def _write_documents(analysis: HeadAnalysis, documents: list[dict], folder: Path
         "target_image": analysis.targets.astype(np.int16),
         "doc_id": np.array(doc_ids, dtype=np.int64),
     }
+    if analysis.writer_votes is not None:
+        tensors["writer_image"] = analysis.writer_votes.astype(np.int16)
     _save_tensors(folder / "head_records.safetensors", tensors, {"position": analysis.positions[0]})
 
 

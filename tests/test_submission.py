@@ -253,3 +253,102 @@ def test_transfer_run(shared, tmp_path):
     (out / "heads_ranking.json").write_text(json.dumps(ranking))
     rehash(out)
     assert any("vote_r1@" in line for line in failures(out))
+
+
+def _edit_tensors(folder: Path, relative: str, edit) -> None:
+    path = folder / relative
+    tensors = load_file(str(path))
+    edit(tensors)
+    save_file(tensors, str(path))
+    rehash(folder)
+
+
+def test_writer_records_give_the_reported_writer_r1(submission):
+    """Writer R@1 per head is the mean of its pool picks being the target, as reported everywhere."""
+    records = load_file(str(submission / "artifacts" / TASK / "writer_records.safetensors"))
+    picks, target = records["writer_pick"], records["writer_target"]
+    assert picks.shape[1:] == (4, 4) and picks.shape[0] == target.shape[0] > 0
+    grid = (picks == target[:, None, None]).mean(axis=0)
+    results = json.loads(results_file(submission).read_text())["results"][TASK]
+    assert results["writer_r1,none"] == pytest.approx(grid.max(), abs=1e-12)
+    summary = json.loads((submission / "artifacts" / TASK / "summary.json").read_text())
+    layer, head = np.unravel_index(np.argmax(grid), grid.shape)
+    assert summary["writer_top_head"] == f"L{layer:02d}H{head:02d}"
+    overlap = summary["pointer_writer_overlap"]
+    assert overlap == {"k": 16, "count": 16, "chance": 16.0}  # K capped at the 16 heads: every head
+
+
+def test_tampered_writer_numbers_are_recomputed(copy):
+    path = results_file(copy)
+    results = json.loads(path.read_text())
+    results["results"][TASK]["writer_r1,none"] -= 0.01
+    path.write_text(json.dumps(results))
+    summary_path = copy / "artifacts" / TASK / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary["pointer_writer_overlap"]["count"] = 3
+    summary_path.write_text(json.dumps(summary))
+    rehash(copy)
+    found = failures(copy)
+    assert any(line.startswith(f"{TASK} writer_r1 (results)") for line in found), found
+    assert any("pointer_writer_overlap.count" in line for line in found), found
+
+
+def test_edited_writer_picks_change_the_grid(copy):
+    def edit(tensors):
+        pool = int(tensors["writer_target"].max()) + 1
+        tensors["writer_pick"] = ((tensors["writer_pick"] + 1) % pool).astype(np.int32)
+    _edit_tensors(copy, f"artifacts/{TASK}/writer_records.safetensors", edit)
+    found = failures(copy)
+    assert any("writer_r1.json: R@1 of" in line for line in found), found
+
+
+def test_writer_r1_without_records_is_refused(copy):
+    (copy / "artifacts" / TASK / "writer_records.safetensors").unlink()
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["files"] = [e for e in manifest["files"] if not e["path"].endswith("writer_records.safetensors")]
+    write_manifest(copy, manifest)
+    assert any("without per-document writer records" in line for line in failures(copy))
+
+
+def test_pooled_group(shared, tmp_path):
+    """The icir_mcq group: its pooled accuracy, pointer and writer numbers are recomputed from both tasks."""
+    out = tmp_path / "run"
+    assert icir_main([
+        "eval", "--device", "cpu", "--batch_size", "1",
+        "--model_args", f"pretrained={shared / 'model'},image_budget=64",
+        "--metadata", json.dumps({"icir_mcq_data": str(shared / "mcq")}),
+        "--tasks", "icir_mcq", "--output_path", str(out),
+    ]) == 0
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    sub = tmp_path / "sub"
+    assert icir_main(["submit", str(run), "--out", str(sub)]) == 0
+    manifest = json.loads((sub / MANIFEST).read_text())
+    assert manifest["units"]["icir_mcq"] == ["icir_mcq_n5", "icir_mcq_n6"]
+    assert (sub / "artifacts" / "icir_mcq" / "writer_records.safetensors").is_file()
+    assert failures(sub) == []
+    path = sub / manifest["results"]["icir_mcq_n5"]
+    results = json.loads(path.read_text())
+    accs = [json.loads(line)["correct"] for t in ("icir_mcq_n5", "icir_mcq_n6")
+            for line in (sub / "artifacts" / t / "documents.jsonl").read_text().splitlines()]
+    assert results["results"]["icir_mcq"]["acc,none"] == pytest.approx(np.mean(accs))
+    results["results"]["icir_mcq"]["pointer_r1_eq3,none"] += 0.01
+    path.write_text(json.dumps(results))
+    rehash(sub)
+    found = failures(sub)
+    assert found and all(line.startswith("icir_mcq pointer_r1_eq3 (results)") for line in found), found
+
+
+def test_transfer_run_writer_votes(shared, tmp_path):
+    """In-context writer picks (VHs with probes) give writer R@1 and the writer-ranking vote."""
+    (run,) = [p for p in (shared / "ref_vhs").iterdir() if p.is_dir()]
+    out = tmp_path / "vhs"
+    assert icir_main(["submit", str(run), "--out", str(out)]) == 0
+    assert (out / "writer_probes.json").is_file()
+    task = "vhs_single_n5"
+
+    def edit(tensors):
+        tensors["writer_image"] = np.zeros_like(tensors["writer_image"])
+    _edit_tensors(out, f"artifacts/{task}/head_records.safetensors", edit)
+    found = failures(out)
+    assert any(line.startswith(f"{task} writer_r1 (results)") for line in found), found
+    assert any(line.startswith(f"{task} writer_vote_r1@1 (results)") for line in found), found

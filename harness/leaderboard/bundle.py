@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.activation_store import file_sha256
 from harness.constants import ARTIFACTS_FOLDER
+from harness.metrics.probes import SETTINGS_FILE as PROBE_SETTINGS
 from harness.leaderboard.schema import MANIFEST, SCHEMA_VERSION, UNIT_SUFFIXES
 from harness.protocol import PROTOCOL_FILE
 from icir_common import UserInputError
@@ -121,13 +122,16 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
                      for task, d in protocol["datasets"].items() if task in tasks},
         "results": {task: f"results/{path.name}" for task, path in sorted(results.items())},
     }
-    ranking = first["settings"].get("heads_ranking")
-    if ranking:
-        if not Path(ranking).is_file():
-            raise UserInputError(f"the run voted with heads_ranking={ranking}, which is gone; "
+    for key, source, target in (("heads_ranking", first["settings"].get("heads_ranking"), "heads_ranking.json"),
+                                ("writer_probes", first["settings"].get("writer_probes"), "writer_probes.json")):
+        if not source:
+            continue
+        path = Path(source) / PROBE_SETTINGS if key == "writer_probes" else Path(source)
+        if not path.is_file():
+            raise UserInputError(f"the run used {key}={source}, and {path} is gone; "
                                  "the validator needs it to recompute the votes")
-        copies.append((Path(ranking), "heads_ranking.json"))
-        manifest["heads_ranking"] = {"file": "heads_ranking.json", "source": str(ranking)}
+        copies.append((path, target))
+        manifest[key] = {"file": target, "source": str(source)}
     for name, folder in units.items():
         copies += [(path, f"artifacts/{name}/{path.relative_to(folder).as_posix()}")
                    for path in _unit_files(folder, probes)]

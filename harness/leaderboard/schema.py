@@ -18,6 +18,13 @@ TOLERANCE = 1e-9
 
 _SHA = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _NULLABLE_STR = {"type": ["string", "null"]}
+# A file of the run's inputs copied into the submission (the transferred ranking, the probes' settings).
+_COPIED_FILE = {
+    "type": "object",
+    "required": ["file", "source"],
+    "additionalProperties": False,
+    "properties": {"file": {"type": "string"}, "source": {"type": "string"}},
+}
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "ICIR leaderboard submission manifest",
@@ -76,12 +83,8 @@ SCHEMA: dict[str, Any] = {
             },
         },
         "results": {"type": "object", "additionalProperties": {"type": "string"}},
-        "heads_ranking": {
-            "type": "object",
-            "required": ["file", "source"],
-            "additionalProperties": False,
-            "properties": {"file": {"type": "string"}, "source": {"type": "string"}},
-        },
+        "heads_ranking": _COPIED_FILE,
+        "writer_probes": _COPIED_FILE,
         "submitter": {"type": "string"},
         "link": {"type": "string", "pattern": "^https?://"},
         "files": {

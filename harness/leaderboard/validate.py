@@ -12,7 +12,7 @@ from typing import Any
 from harness.activation_store import file_sha256
 from harness.leaderboard.bundle import is_limit_run, read_json
 from harness.leaderboard.checks import Report, load_json
-from harness.leaderboard.recompute import check_unit
+from harness.leaderboard.recompute import Recomputation
 from harness.leaderboard.schema import (
     ALLOWED_SUFFIXES,
     DEFAULT_PROTOCOLS,
@@ -141,8 +141,9 @@ def _validate_folder(root: Path, config: Mapping[str, Any] | None) -> Report:
         return report
     listed = _check_files(root, manifest, files, report)
     _check_protocol(manifest, config, report)
+    recomputation = Recomputation(root, manifest, listed, report)
     for unit, tasks in manifest["units"].items():
-        check_unit(root, manifest, listed, unit, tasks, report)
+        recomputation.unit(unit, tasks)
     return report
 
 
@@ -177,8 +178,8 @@ def _check_files(root: Path, manifest: Mapping[str, Any], files: list[str], repo
         report.fail(f"submission: {total} bytes in all (cap {MAX_TOTAL_BYTES})")
     for extra in sorted(set(files) - listed - {MANIFEST}):
         report.fail(f"{extra}: not listed in the manifest (no file beyond the manifest)")
-    needed = list(manifest["results"].values()) + ([manifest["heads_ranking"]["file"]]
-                                                   if "heads_ranking" in manifest else [])
+    needed = list(manifest["results"].values()) + [manifest[key]["file"] for key in ("heads_ranking", "writer_probes")
+                                                   if key in manifest]
     for relative in needed:
         if relative not in listed:
             report.fail(f"{relative}: named by the manifest but not among its files")

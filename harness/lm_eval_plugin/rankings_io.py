@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -93,13 +95,25 @@ def load_writer_probes(path: str | os.PathLike, n_layers: int, n_heads: int) -> 
             f"writer probes {path} are for {probes.n_layers} layers x {probes.n_heads} heads; "
             f"this model has {n_layers} x {n_heads}"
         )
-    grid = probes.info.get("writer_r1")
+    return probes, writer_ranking({"info": probes.info}, n_layers, n_heads, str(path))
+
+
+def writer_ranking(settings: Mapping[str, Any], n_layers: int, n_heads: int, name: str = "writer probes") -> np.ndarray:
+    """Flat head indices, best first, by the writer R@1 grid of a probes settings document.
+
+    `settings` is the probes' ``writer_probes.json`` (`WriterProbes.save`); its ``info.writer_r1``
+    is ``{LxxHyy: R@1}`` (ties: smaller flat index, `head_ranking`).
+
+    Raises:
+        UserInputError: no writer R@1 grid, or a value that is not a number.
+    """
+    grid = (settings.get("info") or {}).get("writer_r1") if isinstance(settings, Mapping) else None
     if not isinstance(grid, dict):
-        raise UserInputError(f"writer probes {path} carry no writer R@1 grid to rank heads by")
-    bad = [name for name, value in grid.items() if isinstance(value, bool) or not isinstance(value, (int, float))]
+        raise UserInputError(f"{name} carry no writer R@1 grid to rank heads by")
+    bad = [head for head, value in grid.items() if isinstance(value, bool) or not isinstance(value, (int, float))]
     if bad:
-        raise UserInputError(f"writer probes {path}: writer R@1 of {', '.join(bad[:3])} is not a number")
+        raise UserInputError(f"{name}: writer R@1 of {', '.join(bad[:3])} is not a number")
     flat = as_flat_indices(list(grid), n_layers, n_heads)
     values = np.full(n_layers * n_heads, -np.inf)
-    values[flat] = [grid[name] for name in grid]
-    return probes, head_ranking(values.reshape(n_layers, n_heads))
+    values[flat] = [grid[head] for head in grid]
+    return head_ranking(values.reshape(n_layers, n_heads))
