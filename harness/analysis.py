@@ -352,7 +352,7 @@ def document_records(part: TaskDocs, analysis: HeadAnalysis | None) -> list[dict
         top, n_heads = int(analysis.vote_ranking[0]), analysis.votes.shape[2]
         head, picks = flat_head_name(top, n_heads), iter(analysis.votes[:, top // n_heads, top % n_heads].tolist())
     for doc_id, record, target in zip(part.doc_ids.tolist(), part.records, part.targets.tolist()):
-        answer, correct = _answer(record)
+        answer, correct = record_answer(record)
         row = {"doc_id": doc_id, "answer": answer, "correct": correct, "target_image": target if target >= 0 else None}
         if head is not None and target >= 0:
             pick = next(picks)
@@ -361,8 +361,8 @@ def document_records(part: TaskDocs, analysis: HeadAnalysis | None) -> list[dict
     return rows
 
 
-def _answer(record: Mapping[str, Any]) -> tuple[str | None, bool]:
-    """The model's answer (option letter, or VHs Yes/No) and whether it is the gold one."""
+def record_answer(record: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """The model's answer (option letter, or VHs Yes/No) of a store record and whether it is the gold one."""
     fields = record["fields"]
     if "answers" in record:
         scored = {letter: record["answers"][letter][0] for letter in LETTERS if letter in record["answers"]}

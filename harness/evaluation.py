@@ -174,6 +174,7 @@ def evaluate(
     model: str = MODEL_NAME,
     include_path: str | os.PathLike | None = None,
     overwrite: bool = False,
+    analyze: bool = True,
     **simple_evaluate_kwargs: Any,
 ) -> dict | None:
     """Run ``lm_eval.simple_evaluate`` on our tasks, then the analysis stage on its results.
@@ -190,6 +191,8 @@ def evaluate(
         model: lm-eval model name.
         include_path: a folder of further task YAMLs (for tasks built on ours).
         overwrite: replace artifact folders that hold another run's artifacts (else refused).
+        analyze: run the analysis stage (False: lm-eval's results only; the store keeps the
+            captures, as ``icir leaderboard verify`` reads them for a sample of documents).
         **simple_evaluate_kwargs: passed to ``simple_evaluate`` (``limit``, ``batch_size``,
             ``device``, ``gen_kwargs``, ``log_samples``...).
 
@@ -227,7 +230,7 @@ def evaluate(
         results = lm_eval.simple_evaluate(
             model=model, model_args=model_args, tasks=names, task_manager=manager, **simple_evaluate_kwargs
         )
-        if results is None or model != MODEL_NAME:
+        if results is None or model != MODEL_NAME or not analyze:
             return results
         artifacts_dir = None if output_path is None else run_folder(output_path, model_args) / ARTIFACTS_FOLDER
         analyze_results(results, model_args, artifacts_dir, overwrite)

@@ -247,10 +247,10 @@ def test_transfer_run(shared, tmp_path):
     out = tmp_path / "vhs"
     assert icir_main(["submit", str(run), "--out", str(out)]) == 0
     assert failures(out) == []
-    assert (out / "heads_ranking.json").is_file()
-    ranking = json.loads((out / "heads_ranking.json").read_text())
+    ranking_file = out / "inputs" / "vhs_single_n5" / "heads_ranking.json"
+    ranking = json.loads(ranking_file.read_text())
     ranking["ranking"] = ranking["ranking"][::-1]
-    (out / "heads_ranking.json").write_text(json.dumps(ranking))
+    ranking_file.write_text(json.dumps(ranking))
     rehash(out)
     assert any("vote_r1@" in line for line in failures(out))
 
@@ -343,7 +343,7 @@ def test_transfer_run_writer_votes(shared, tmp_path):
     (run,) = [p for p in (shared / "ref_vhs").iterdir() if p.is_dir()]
     out = tmp_path / "vhs"
     assert icir_main(["submit", str(run), "--out", str(out)]) == 0
-    assert (out / "writer_probes.json").is_file()
+    assert (out / "inputs" / "vhs_single_n5" / "writer_probes.json").is_file()
     task = "vhs_single_n5"
 
     def edit(tensors):

@@ -15,7 +15,7 @@ from typing import Any
 from harness.activation_store import file_sha256
 from harness.constants import ARTIFACTS_FOLDER
 from harness.metrics.probes import SETTINGS_FILE as PROBE_SETTINGS
-from harness.leaderboard.schema import MANIFEST, SCHEMA_VERSION, UNIT_SUFFIXES
+from harness.leaderboard.schema import MANIFEST, SCHEMA_VERSION, STAGE_KEYS, UNIT_SUFFIXES
 from harness.protocol import PROTOCOL_FILE
 from icir_common import UserInputError
 
@@ -76,6 +76,37 @@ def _unit_files(folder: Path, probes: bool) -> list[Path]:
     return files
 
 
+def _shared(record: Mapping[str, Any]) -> tuple:
+    """What every unit of one run shares: its protocol record without the stage inputs."""
+    settings = {k: v for k, v in record["settings"].items() if k not in STAGE_KEYS}
+    return record.get("protocol"), settings, record.get("model"), record.get("versions")
+
+
+def _stage_inputs(run_folder: Path, unit: str, record: Mapping[str, Any], copies: list) -> dict:
+    """The unit's transferred ranking and probes settings, queued for copying as ``inputs/<unit>/``.
+
+    An input made by a unit of the same run folder names that unit, so the validator checks it
+    against that unit's recomputed ranking.
+    """
+    found = {}
+    artifacts = (run_folder / ARTIFACTS_FOLDER).resolve()
+    for key in STAGE_KEYS:
+        source = record["settings"].get(key)
+        if not source:
+            continue
+        path = Path(source) / PROBE_SETTINGS if key == "writer_probes" else Path(source)
+        if not path.is_file():
+            raise UserInputError(f"{unit} used {key}={source}, and {path} is gone; "
+                                 "the validator needs it to recompute the votes")
+        relative = f"inputs/{unit}/{key}.json"
+        copies.append((path, relative))
+        found[key] = {"file": relative, "source": str(source)}
+        resolved = Path(source).resolve()
+        if resolved.is_relative_to(artifacts) and len(resolved.relative_to(artifacts).parts) >= 2:
+            found[key]["unit"] = resolved.relative_to(artifacts).parts[0]
+    return found
+
+
 def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool = False,
            submitter: str | None = None, link: str | None = None, probes: bool = False) -> Path:
     """Write the submission folder of `run_folder` into `out` (module docstring); return `out`.
@@ -96,18 +127,19 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
                                  "a submission needs every document of each dataset")
         if record.get("protocol") is None or "model" not in record:
             raise UserInputError(f"{units[name] / PROTOCOL_FILE} is not a protocol record")
-    first = next(iter(records.values()))
-    key = ("protocol", "settings", "model", "versions")
+    # A run may have two stages (§4.3): discovery on ICIR-MCQ, then transfer with its ranking and probes.
+    first = min(records.values(), key=lambda r: any(r["settings"].get(k) for k in STAGE_KEYS))
     for name, record in records.items():
-        if any(record.get(k) != first.get(k) for k in key):
-            raise UserInputError(f"{name}'s protocol record differs from {next(iter(records))}'s: "
-                                 "the run folder mixes runs; submit one run")
+        if _shared(record) != _shared(first):
+            raise UserInputError(f"{name}'s protocol record differs from the others' (beyond heads_ranking and "
+                                 "writer_probes): the run folder mixes runs; submit one run")
     tasks = sorted({task for name, folder in units.items() for task in read_json(folder / "summary.json")["tasks"]})
     results = _results_by_task(run_folder, tasks)
     datasets: dict[str, dict] = {}
     for record in records.values():
         datasets.update(record.get("datasets", {}))
-    protocol = {**first, "datasets": {task: datasets[task] for task in sorted(datasets)}}
+    protocol = {**first, "settings": {**first["settings"], **dict.fromkeys(STAGE_KEYS)},
+                "datasets": {task: datasets[task] for task in sorted(datasets)}}
 
     out.mkdir(parents=True, exist_ok=True)
     copies: list[tuple[Path, str]] = [(path, f"results/{path.name}") for path in sorted(set(results.values()))]
@@ -122,16 +154,8 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
                      for task, d in protocol["datasets"].items() if task in tasks},
         "results": {task: f"results/{path.name}" for task, path in sorted(results.items())},
     }
-    for key, source, target in (("heads_ranking", first["settings"].get("heads_ranking"), "heads_ranking.json"),
-                                ("writer_probes", first["settings"].get("writer_probes"), "writer_probes.json")):
-        if not source:
-            continue
-        path = Path(source) / PROBE_SETTINGS if key == "writer_probes" else Path(source)
-        if not path.is_file():
-            raise UserInputError(f"the run used {key}={source}, and {path} is gone; "
-                                 "the validator needs it to recompute the votes")
-        copies.append((path, target))
-        manifest[key] = {"file": target, "source": str(source)}
+    inputs = {name: _stage_inputs(run_folder, name, record, copies) for name, record in records.items()}
+    manifest["inputs"] = {name: found for name, found in inputs.items() if found}
     for name, folder in units.items():
         copies += [(path, f"artifacts/{name}/{path.relative_to(folder).as_posix()}")
                    for path in _unit_files(folder, probes)]

@@ -212,7 +212,8 @@ class Recomputation:
                 self.report.fail(f"{relative}: no grid at the reported position {position!r}")
                 continue
             self._grid_equal(relative, grid, grids[score], names)
-        transferred = self.manifest["protocol"]["settings"].get("heads_ranking")
+        inputs = self.manifest["inputs"].get(unit, {})
+        transferred = inputs.get("heads_ranking")
         discovery = all(task in ICIR_MCQ_TASKS for task in summary.get("tasks", [unit]))
         own = head_ranking(grids[primary])
         ranking_file = f"{folder}/pointer_ranking.json"
@@ -224,12 +225,14 @@ class Recomputation:
             own = own if file_flat is None else file_flat  # ties as the ranking file has them
         vote_ranking = own
         if transferred:
-            relative = (self.manifest.get("heads_ranking") or {}).get("file", "heads_ranking.json")
+            relative = transferred["file"]
             document = self.json(relative)
             vote_ranking = None if document is None else _ranking(document, relative, self.n_layers, self.n_heads,
                                                                    self.report)
             if vote_ranking is None:
                 return grids
+            if "unit" in transferred:
+                self._same_ranking(relative, vote_ranking, transferred["unit"])
         for score, suffix in (("exact", ""), ("eq3", "_eq3")):
             self._reported_head(unit, summary, row, grids[score], suffix, vote_ranking if transferred else None,
                                 discovery)
@@ -242,6 +245,14 @@ class Recomputation:
             self.report.compare(f"{unit} vote_r1@{k} (vote_r1.json)", (vote_file.get("pointer") or {}).get(str(k)),
                                 curve[k])
         return grids
+
+    def _same_ranking(self, relative: str, ranking: np.ndarray, unit: str) -> None:
+        """A ranking made by another unit of this run must be that unit's (itself checked on its records)."""
+        source = f"artifacts/{unit}/pointer_ranking.json"
+        document = self.json(source)
+        theirs = None if document is None else _ranking(document, source, self.n_layers, self.n_heads, self.report)
+        if theirs is not None and not np.array_equal(theirs, ranking):
+            self.report.fail(f"{relative}: not the ranking of {unit} ({source}) it names as its source")
 
     def _grid_equal(self, relative: str, reported: Any, grid: np.ndarray, names: list[str]) -> None:
         if not isinstance(reported, dict):
@@ -336,7 +347,8 @@ class Recomputation:
         """The writer ranking's trained-probe vote (App. H voting B) under the submitted probes' ranking."""
         from harness.lm_eval_plugin.rankings_io import writer_ranking
 
-        relative = (self.manifest.get("writer_probes") or {}).get("file")
+        probes = self.manifest["inputs"].get(unit, {}).get("writer_probes") or {}
+        relative = probes.get("file")
         document = self.json(relative) if relative else None
         if document is None:
             if relative is None:
@@ -347,6 +359,14 @@ class Recomputation:
         except UserInputError as err:
             self.report.fail(f"{relative}: {err}")
             return
+        if "unit" in probes:
+            source = f"artifacts/{probes['unit']}/writer_r1.json"
+            fits = self.json(source) or {}
+            grid = (document.get("info") or {}).get("writer_r1") or {}
+            position = (self.json(f"artifacts/{probes['unit']}/summary.json") or {}).get("position")
+            theirs = (fits.get(position) or {}).get("writer_r1")
+            if not isinstance(theirs, dict) or any(not close_enough(grid.get(h), v) for h, v in theirs.items()):
+                self.report.fail(f"{relative}: its writer R@1 grid is not {source}'s, the unit it names as its source")
         curve = _vote(records.writer, records.targets, ranking)
         vote_file = self.json(f"{folder}/vote_r1.json") or {}
         for k in VOTE_KS:

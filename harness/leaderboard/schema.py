@@ -14,6 +14,7 @@ MAX_FILE_BYTES = 2 * 1024**3  # one file
 MAX_TOTAL_BYTES = 8 * 1024**3  # a whole submission (archive members too)
 MAX_FILES = 10_000
 DEFAULT_PROTOCOLS = (PROTOCOL,)
+STAGE_KEYS = ("heads_ranking", "writer_probes")  # a transfer stage's inputs (§4.3), per unit
 TOLERANCE = 1e-9
 
 _SHA = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
@@ -23,14 +24,14 @@ _COPIED_FILE = {
     "type": "object",
     "required": ["file", "source"],
     "additionalProperties": False,
-    "properties": {"file": {"type": "string"}, "source": {"type": "string"}},
+    "properties": {"file": {"type": "string"}, "source": {"type": "string"}, "unit": {"type": "string"}},
 }
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "ICIR leaderboard submission manifest",
     "type": "object",
     "required": ["schema_version", "model", "protocol", "versions", "tasks", "units", "datasets", "results",
-                 "files"],
+                 "inputs", "files"],
     "additionalProperties": False,
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
@@ -83,8 +84,14 @@ SCHEMA: dict[str, Any] = {
             },
         },
         "results": {"type": "object", "additionalProperties": {"type": "string"}},
-        "heads_ranking": _COPIED_FILE,
-        "writer_probes": _COPIED_FILE,
+        "inputs": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {key: _COPIED_FILE for key in ("heads_ranking", "writer_probes")},
+            },
+        },
         "submitter": {"type": "string"},
         "link": {"type": "string", "pattern": "^https?://"},
         "files": {

@@ -178,8 +178,8 @@ def _check_files(root: Path, manifest: Mapping[str, Any], files: list[str], repo
         report.fail(f"submission: {total} bytes in all (cap {MAX_TOTAL_BYTES})")
     for extra in sorted(set(files) - listed - {MANIFEST}):
         report.fail(f"{extra}: not listed in the manifest (no file beyond the manifest)")
-    needed = list(manifest["results"].values()) + [manifest[key]["file"] for key in ("heads_ranking", "writer_probes")
-                                                   if key in manifest]
+    needed = list(manifest["results"].values()) + [entry["file"] for found in manifest["inputs"].values()
+                                                   for entry in found.values()]
     for relative in needed:
         if relative not in listed:
             report.fail(f"{relative}: named by the manifest but not among its files")
