@@ -102,7 +102,7 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
     """Re-run a seeded sample of `submission`'s documents and compare them with it (module docstring).
 
     Args:
-        submission: a submission folder that validates.
+        submission: a submission folder (its validation failures are failures here too).
         data: task metadata naming the dataset folders (``{"icir_mcq_data": DIR, "vhs_data": DIR}``).
         docs: documents per task.
         seed: the sample's seed.
@@ -110,7 +110,8 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
         device: torch device (default: lm-eval's).
 
     Raises:
-        UserInputError: a submission that does not validate, or any error of the eval path.
+        UserInputError: a submission whose manifest or records cannot be read, or any error of
+            the eval path (an unknown model, a missing dataset folder).
     """
     from harness.activation_store import SETTINGS_FILE, ActivationStore
     from harness.analysis import record_answer
@@ -119,11 +120,15 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
 
     root = Path(submission)
     report = validate(root)
-    if report.failures:
-        raise UserInputError(f"{root} does not validate ({report.failures[0]}); run icir leaderboard validate")
+    readable = [line for line in report.failures if "schema" in line or "missing" in line or "not JSON" in line
+                or "not a readable" in line]
+    if readable or not root.is_dir():
+        raise UserInputError(f"{root}: {(readable or ['not a submission folder'])[0]}; run icir leaderboard validate")
     manifest = json.loads((root / MANIFEST).read_text())
     counts = {task: manifest["datasets"][task]["documents"] for task in manifest["tasks"]}
-    found = Verification(documents=sample_documents(counts, docs, seed))
+    # A submission that fails validation is still compared, so the reviewer sees which documents differ.
+    found = Verification(documents=sample_documents(counts, docs, seed),
+                         failures=[f"does not validate: {line}" for line in report.failures])
     settings = manifest["protocol"]["settings"]
     with tempfile.TemporaryDirectory(prefix="icir-verify-") as store:
         args = protocol_model_args(manifest, root, {**(model_args or {}), "store": store})
