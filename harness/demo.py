@@ -7,7 +7,11 @@ as the shipped demo model was trained to read them (the demo world, passages cut
 default model (the shipped demo model) on ``icir_mcq`` (discovery: the pointer ranking and the
 writer probes), then on ``vhs_single_n{2,5,10}`` with that ranking and those probes (the paper's
 transfer protocol, §4.3): lm-eval's tables with the head metrics, the protocol line, the top
-pointer heads, and where the artifacts are.
+pointer heads, and where the artifacts are. A tiny random Qwen3-VL is evaluated the same way, so
+the leaderboard has a second entry. Both runs are submitted into ``OUT/leaderboard`` (the MTEB-like
+``results/<org__model>/<revision>/`` layout), validated, a seeded sample of the demo model's
+documents is re-run and compared (``icir leaderboard verify``), and the static site is built into
+``OUT/site``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from vhs_adapter.toy_questions import write_toy_vhs_questions
 DEMO_VHS_SIZES = (2, 5, 10)
 DISCOVERY_TASK = ICIR_MCQ_GROUP
 TRANSFER_TASKS = tuple(f"vhs_single_n{n}" for n in DEMO_VHS_SIZES)
+SECOND_ARCH, SECOND_MODEL, SECOND_SIDE = "qwen3_vl", "tiny-random-qwen3-vl", 64
+VERIFY_DOCS = 20
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -51,29 +57,75 @@ def run_demo(args: argparse.Namespace) -> int:
 
     from harness.cli import main
     from harness.demo_model import default_model_path
-    from harness.evaluation import model_name
 
-    # The demo model is tiny: intra-op threads cost more in hand-offs than they save (30x on a
+    # The demo models are tiny: intra-op threads cost more in hand-offs than they save (30x on a
     # loaded 2-core machine), so the demo evaluates on one thread.
     torch.set_num_threads(1)
-    metadata = json.dumps({"icir_mcq_data": str(args.out / "icir_mcq"), "vhs_data": str(args.out / "vhs")})
-    common = ["--device", "cpu", "--batch_size", "1", "--metadata", metadata, "--output_path", str(args.out / "eval")]
     print(f"\nThe default model is the shipped demo model ({default_model_path()}): a 4-layer x 6-head Qwen3-VL "
           "trained on another demo-world draw to find the image a question names; its training record is "
           "TRAINING.md in that folder.")
-    discovery = ["eval", "--tasks", DISCOVERY_TASK, *common]
-    code = _run_shown(discovery, main)
+    code = _evaluate(args, main, default_model_path(), [])
     if code:
         return code
-    found = args.out / "eval" / model_name(default_model_path()) / ARTIFACTS_FOLDER / DISCOVERY_TASK
+    from harness.tiny_models import save_tiny
+
+    other = save_tiny(SECOND_ARCH, args.out / "models" / SECOND_MODEL, seed=0, overwrite=True)
+    print(f"\nA second leaderboard entry: a tiny random {SECOND_ARCH} ({other}), untrained, on the same data "
+          f"at {SECOND_SIDE} px images (a declared deviation):")
+    code = _evaluate(args, main, other, [f"image_budget={SECOND_SIDE}"])
+    return code or _leaderboard(args, main, [default_model_path(), other])
+
+
+def _evaluate(args: argparse.Namespace, main, model: Path, model_args: list[str]) -> int:
+    """Both stages of the paper's protocol for `model`: ``icir_mcq``, then VHs with its heads (§4.3)."""
+    from harness.model_names import model_name
+
+    metadata = json.dumps({"icir_mcq_data": str(args.out / "icir_mcq"), "vhs_data": str(args.out / "vhs")})
+    common = ["--device", "cpu", "--batch_size", "1", "--metadata", metadata, "--output_path", str(args.out / "eval")]
+    base = [f"pretrained={model}", *model_args]
+    code = _run_shown(["eval", "--tasks", DISCOVERY_TASK, *common, "--model_args", ",".join(base)], main)
+    if code:
+        return code
+    found = args.out / "eval" / model_name(model) / ARTIFACTS_FOLDER / DISCOVERY_TASK
     transfer = [
-        "eval", "--tasks", ",".join(TRANSFER_TASKS), *common,
-        "--model_args", f"heads_ranking={found / 'pointer_ranking.json'},writer_probes={found / 'writer_probes'}",
+        "eval", "--tasks", ",".join(TRANSFER_TASKS), *common, "--model_args",
+        ",".join([*base, f"heads_ranking={found / 'pointer_ranking.json'}", f"writer_probes={found / 'writer_probes'}"]),
     ]
     if args.max_gen_toks is not None:
         transfer += ["--gen_kwargs", f"max_gen_toks={args.max_gen_toks}"]
     print("\nVisual Haystacks with the heads found on ICIR-MCQ (the paper's transfer protocol, §4.3):")
     return _run_shown(transfer, main)
+
+
+def _leaderboard(args: argparse.Namespace, main, models: list[Path]) -> int:
+    """Submit every model's run, validate each, verify a sample of the demo model's, build the site."""
+    from harness.model_names import model_name
+    from harness.leaderboard.entries import verification_path
+    from icir_common import atomic_output_dir
+
+    board = args.out / "leaderboard"
+    with atomic_output_dir(board, overwrite=True, kind="demo-leaderboard"):
+        pass  # a fresh, empty leaderboard each run (only a previous demo's is replaced)
+    for model in models:
+        code = _run_shown(["submit", str(args.out / "eval" / model_name(model)), "--leaderboard", str(board),
+                           "--submitter", "icir demo"], main)
+        if code:
+            return code
+    print("\nThe leaderboard checks every number of a submission against its per-document records:")
+    keys = sorted(str(p.parent.relative_to(board / "results")) for p in (board / "results").rglob("submission.json"))
+    for key in keys:
+        code = _run_shown(["leaderboard", "validate", str(board / "results" / key)], main)
+        if code:
+            return code
+    demo_key = next(key for key in keys if key.startswith(model_name(models[0]) + "/"))
+    print("\nA reviewer with the weights re-runs a seeded sample of documents and compares them:")
+    metadata = json.dumps({"icir_mcq_data": str(args.out / "icir_mcq"), "vhs_data": str(args.out / "vhs")})
+    code = _run_shown(["leaderboard", "verify", str(board / "results" / demo_key), "--docs", str(VERIFY_DOCS),
+                       "--device", "cpu", "--metadata", metadata, "--record", str(verification_path(board, demo_key)),
+                       "--model_args", f"pretrained={models[0]}"], main)
+    if code:
+        return code
+    return _run_shown(["leaderboard", "build", str(board), "--out", str(args.out / "site")], main)
 
 
 def _run_shown(argv: list[str], main) -> int:

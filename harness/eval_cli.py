@@ -152,7 +152,8 @@ def run(args: argparse.Namespace) -> int:
     from lm_eval.loggers import EvaluationTracker
     from lm_eval.utils import setup_logging
 
-    from harness.evaluation import evaluate, model_name
+    from harness.evaluation import evaluate
+    from harness.model_names import model_name
 
     overwrite = "--overwrite" in argv  # ours, not lm-eval's: replace another run's artifact folders
     cfg = lm_eval_config([arg for arg in argv if arg != "--overwrite"])

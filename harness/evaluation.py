@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.constants import ARTIFACTS_FOLDER, MODEL_NAME, STORE_FOLDER
+from harness.model_names import model_name
 from icir_common import UserInputError
 
-DEMO_MODEL_NAME = "icir-demo-model"
 PATH_ARGS = ("store", "heads_ranking", "writer_probes", "writer_config")
 
 
@@ -36,20 +36,6 @@ def parse_model_args(model_args: str | dict[str, Any] | None) -> dict[str, Any]:
     if isinstance(model_args, str):
         return simple_parse_args_string(model_args)
     return dict(model_args)
-
-
-def model_name(pretrained: str | os.PathLike) -> str:
-    """The folder name of a model's runs: its Hub id (``org__name``) or its folder's last component.
-
-    The shipped demo model is ``icir-demo-model``. The name never holds the clone's absolute
-    path, so the same run lands in the same folder on every machine.
-    """
-    from harness.demo_model import SHIPPED_DEMO_MODEL
-
-    path = Path(pretrained).expanduser()
-    if path.exists():
-        return DEMO_MODEL_NAME if path.resolve() == SHIPPED_DEMO_MODEL else path.resolve().name
-    return str(pretrained).replace("/", "__")
 
 
 def run_folder(output_path: str | os.PathLike, model_args: dict[str, Any]) -> Path:

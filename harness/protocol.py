@@ -27,6 +27,7 @@ from typing import Any
 
 from harness.constants import VOTE_KS
 from harness.metrics.writer import WriterProbeConfig
+from harness.model_names import model_name
 
 PROTOCOL = "icir-heads/1"
 PROTOCOL_FILE = "protocol.json"
@@ -198,6 +199,7 @@ def protocol_record(capture: Mapping[str, Any], model_args: Mapping[str, Any], r
         "deviations": off,
         "settings": settings,
         "model": {
+            "name": model_name(capture.get("model") or ""),
             **(capture.get("identity") or {}),
             "dtype": capture.get("dtype"),
             "attn_implementation": capture.get("attn_implementation"),

@@ -17,6 +17,14 @@ TOY_SEED = 0
 
 
 @pytest.fixture(scope="session")
+def shared(tmp_path_factory) -> Path:
+    """The lm-eval plugin tests' shared material (`lm_eval_helpers.build_shared`), built once."""
+    from lm_eval_helpers import build_shared, shared_root
+
+    return build_shared(shared_root(tmp_path_factory))
+
+
+@pytest.fixture(scope="session")
 def toy_corpus(tmp_path_factory) -> Path:
     """Root of a 300-image toy corpus (seed 0) with JPEG files: ``ROOT/coco`` is a COCO 2017
     root and ``ROOT/mm_niah/mm_niah_val/annotations/retrieval-image.jsonl`` the MM-NIAH file."""

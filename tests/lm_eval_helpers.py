@@ -52,6 +52,18 @@ def vhs_args(root: Path, out: Path, *extra: str, model_args: str = "") -> list[s
                      model_args=transfer + (f",{model_args}" if model_args else ""))
 
 
+def full_run(root: Path, out: Path, tasks: str = "icir_mcq_n5", *extra: str, model: Path | None = None) -> Path:
+    """``icir eval`` of every document of `tasks` on the tiny model (or `model`) into `out`; its run folder."""
+    metadata = {"icir_mcq_data": str(root / "mcq"), "vhs_data": str(root / "vhs")}
+    assert icir_main([
+        "eval", "--device", "cpu", "--batch_size", "1",
+        "--model_args", f"pretrained={model or root / 'model'},image_budget={IMAGE_BUDGET}",
+        "--metadata", json.dumps(metadata), "--tasks", tasks, "--output_path", str(out), *extra,
+    ]) == 0
+    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    return run
+
+
 def results_of(out: Path) -> dict:
     """The newest lm-eval results JSON under ``out``."""
     files = sorted(out.glob("*/results_*.json"))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lm_eval_helpers import build_shared, shared_root
+from lm_eval_helpers import full_run
 from safetensors.numpy import load_file, save_file
 
 from harness.activation_store import file_sha256
@@ -23,20 +23,8 @@ DOCS = 6
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory) -> Path:
-    return build_shared(shared_root(tmp_path_factory))
-
-
-@pytest.fixture(scope="module")
 def submission(shared, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("verify_run")
-    assert icir_main([
-        "eval", "--device", "cpu", "--batch_size", "1",
-        "--model_args", f"pretrained={shared / 'model'},image_budget=64",
-        "--metadata", json.dumps({"icir_mcq_data": str(shared / "mcq")}),
-        "--tasks", TASK, "--output_path", str(out),
-    ]) == 0
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    run = full_run(shared, tmp_path_factory.mktemp("verify_run"), TASK)
     sub = tmp_path_factory.mktemp("verify_sub") / "sub"
     assert icir_main(["submit", str(run), "--out", str(sub)]) == 0
     return sub

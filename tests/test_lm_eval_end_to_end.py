@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 from datasets import load_dataset
-from lm_eval_helpers import IMAGE_BUDGET, LIMIT, MAX_GEN_TOKS, artifacts_of, build_shared, results_of, shared_root
+from lm_eval_helpers import IMAGE_BUDGET, LIMIT, MAX_GEN_TOKS, artifacts_of, results_of
 from safetensors.torch import load_file
 
 from harness.capture import capture_heads
@@ -30,11 +30,6 @@ from vhs_adapter.scoring import is_compliant, is_correct
 KS = (1, 3, 5, 10, 20, 30)
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return build_shared(shared_root(tmp_path_factory))
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import argparse
 
 import pytest
 import transformers
-from lm_eval_helpers import build_shared, shared_root
 from PIL import Image
 
 from harness.cli import main as icir_main
@@ -15,11 +14,6 @@ from harness.tasks.utils import load_icir_mcq
 from icir_common import UserInputError
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return build_shared(shared_root(tmp_path_factory))
 
 
 def _eval(*argv: str) -> None:

@@ -15,17 +15,12 @@ import time
 from pathlib import Path
 
 import pytest
-from lm_eval_helpers import LIMIT, VHS_DOCS, build_shared, icir_args, results_of, shared_root, vhs_args
+from lm_eval_helpers import LIMIT, VHS_DOCS, icir_args, results_of, vhs_args
 from safetensors import safe_open
 
 from harness.cli import main as icir_main
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return build_shared(shared_root(tmp_path_factory))
 
 
 def _metrics(out: Path) -> dict:

@@ -17,18 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.stats
-from lm_eval_helpers import build_shared, eval_args, shared_root
+from lm_eval_helpers import eval_args
 
 from harness.cli import main as icir_main
 
 pytestmark = pytest.mark.slow
 
 UNIT = "icir_mcq_n5"
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory) -> Path:
-    return build_shared(shared_root(tmp_path_factory))
 
 
 @pytest.fixture(scope="module")

@@ -13,17 +13,12 @@ import shutil
 import lm_eval
 import pytest
 import torch
-from lm_eval_helpers import artifacts_of, build_shared, icir_args, shared_root
+from lm_eval_helpers import artifacts_of, icir_args
 from safetensors.torch import load_file, save_file
 
 from harness.cli import main as icir_main
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return build_shared(shared_root(tmp_path_factory))
 
 
 @pytest.fixture

@@ -10,16 +10,11 @@ import shutil
 import warnings
 
 import pytest
-from lm_eval_helpers import build_shared, icir_args, results_of, shared_root
+from lm_eval_helpers import icir_args, results_of
 
 from harness.cli import main as icir_main
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory):
-    return build_shared(shared_root(tmp_path_factory))
 
 
 def _results(out):

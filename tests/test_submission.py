@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lm_eval_helpers import build_shared, shared_root
+from lm_eval_helpers import full_run
 from safetensors.numpy import load_file, save_file
 
 from harness.activation_store import file_sha256
@@ -23,21 +23,8 @@ TASK = "icir_mcq_n5"
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory) -> Path:
-    return build_shared(shared_root(tmp_path_factory))
-
-
-@pytest.fixture(scope="module")
 def run_folder(shared, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("full_run")
-    assert icir_main([
-        "eval", "--device", "cpu", "--batch_size", "1",
-        "--model_args", f"pretrained={shared / 'model'},image_budget=64",
-        "--metadata", json.dumps({"icir_mcq_data": str(shared / "mcq")}),
-        "--tasks", TASK, "--output_path", str(out),
-    ]) == 0
-    (folder,) = [p for p in out.iterdir() if p.is_dir()]
-    return folder
+    return full_run(shared, tmp_path_factory.mktemp("full_run"), TASK)
 
 
 @pytest.fixture(scope="module")
@@ -312,14 +299,7 @@ def test_writer_r1_without_records_is_refused(copy):
 
 def test_pooled_group(shared, tmp_path):
     """The icir_mcq group: its pooled accuracy, pointer and writer numbers are recomputed from both tasks."""
-    out = tmp_path / "run"
-    assert icir_main([
-        "eval", "--device", "cpu", "--batch_size", "1",
-        "--model_args", f"pretrained={shared / 'model'},image_budget=64",
-        "--metadata", json.dumps({"icir_mcq_data": str(shared / "mcq")}),
-        "--tasks", "icir_mcq", "--output_path", str(out),
-    ]) == 0
-    (run,) = [p for p in out.iterdir() if p.is_dir()]
+    run = full_run(shared, tmp_path / "run", "icir_mcq")
     sub = tmp_path / "sub"
     assert icir_main(["submit", str(run), "--out", str(sub)]) == 0
     manifest = json.loads((sub / MANIFEST).read_text())
@@ -352,3 +332,36 @@ def test_transfer_run_writer_votes(shared, tmp_path):
     found = failures(out)
     assert any(line.startswith(f"{task} writer_r1 (results)") for line in found), found
     assert any(line.startswith(f"{task} writer_vote_r1@1 (results)") for line in found), found
+
+
+def test_units_of_two_runs_are_caught(copy, shared, tmp_path):
+    """A hand-assembled submission whose unit comes from another run (another seed) is refused."""
+    protocol = copy / "artifacts" / TASK / "protocol.json"
+    record = json.loads(protocol.read_text())
+    record["settings"]["seeds"]["random_seed"] = 1
+    protocol.write_text(json.dumps(record))
+    rehash(copy)
+    assert any("another run's protocol record" in line for line in failures(copy))
+
+
+def test_submit_refuses_a_folder_mixing_runs(run_folder, tmp_path, capsys):
+    mixed = tmp_path / "mixed"
+    shutil.copytree(run_folder, mixed)
+    other = mixed / "icir_artifacts" / "icir_mcq_n6"
+    shutil.copytree(mixed / "icir_artifacts" / TASK, other)
+    record = json.loads((other / "protocol.json").read_text())
+    record["model"]["dtype"] = "torch.bfloat16"
+    (other / "protocol.json").write_text(json.dumps(record))
+    assert icir_main(["submit", str(mixed), "--out", str(tmp_path / "s")]) == 2
+    assert "mixes runs" in capsys.readouterr().err
+
+
+def test_oversized_file(copy, monkeypatch):
+    import harness.leaderboard.validate as validate_module
+
+    size = (copy / "artifacts" / TASK / "head_records.safetensors").stat().st_size
+    monkeypatch.setattr(validate_module, "MAX_FILE_BYTES", size - 1)
+    assert any(line.startswith(f"artifacts/{TASK}/head_records.safetensors: {size} bytes (cap {size - 1})")
+               for line in failures(copy))
+    monkeypatch.setattr(validate_module, "MAX_TOTAL_BYTES", 1000)
+    assert any(line.startswith("submission:") and "(cap 1000)" in line for line in failures(copy))

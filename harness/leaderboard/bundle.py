@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.activation_store import file_sha256
 from harness.constants import ARTIFACTS_FOLDER
+from harness.leaderboard.entries import RESULTS_FOLDER, entry_key
 from harness.metrics.probes import SETTINGS_FILE as PROBE_SETTINGS
 from harness.leaderboard.schema import MANIFEST, SCHEMA_VERSION, STAGE_KEYS, UNIT_SUFFIXES
 from harness.protocol import PROTOCOL_FILE
@@ -59,7 +60,7 @@ def is_limit_run(record: Mapping[str, Any]) -> bool:
 def _model_entry(record: Mapping[str, Any]) -> dict:
     model = record["model"]
     return {
-        "id": model.get("pretrained"), "source": model.get("source"), "revision": model.get("revision"),
+        "id": model.get("pretrained"), "name": model.get("name"), "source": model.get("source"), "revision": model.get("revision"),
         "commit": model.get("commit"), "weights_sha256": model.get("weights_sha256"), "dtype": model.get("dtype"),
         "attn_implementation": model.get("attn_implementation"), "n_layers": model.get("n_layers"),
         "n_heads": model.get("n_heads"), "architecture": model.get("architecture"),
@@ -76,7 +77,7 @@ def _unit_files(folder: Path, probes: bool) -> list[Path]:
     return files
 
 
-def _shared(record: Mapping[str, Any]) -> tuple:
+def shared_protocol(record: Mapping[str, Any]) -> tuple:
     """What every unit of one run shares: its protocol record without the stage inputs."""
     settings = {k: v for k, v in record["settings"].items() if k not in STAGE_KEYS}
     return record.get("protocol"), settings, record.get("model"), record.get("versions")
@@ -108,17 +109,21 @@ def _stage_inputs(run_folder: Path, unit: str, record: Mapping[str, Any], copies
 
 
 def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool = False,
-           submitter: str | None = None, link: str | None = None, probes: bool = False) -> Path:
-    """Write the submission folder of `run_folder` into `out` (module docstring); return `out`.
+           submitter: str | None = None, link: str | None = None, probes: bool = False,
+           leaderboard: bool = False) -> Path:
+    """Write the submission folder of `run_folder` into `out` (module docstring); return its path.
+
+    Args:
+        leaderboard: `out` is a leaderboard folder: the submission goes to its
+            ``results/<org__model>/<revision>/`` (`harness.leaderboard.entries`).
 
     Raises:
-        UserInputError: no artifacts, a ``--limit`` run, units of different runs, `out` not empty.
+        UserInputError: no artifacts, a ``--limit`` run, units of different runs, the submission
+            folder not empty.
     """
     run_folder, out = Path(run_folder), Path(out)
     if not run_folder.is_dir():
         raise UserInputError(f"run folder {run_folder} does not exist")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserInputError(f"{out} exists and is not empty; choose a new --out")
     units = _unit_folders(run_folder)
     records = {name: read_json(folder / PROTOCOL_FILE) for name, folder in units.items()}
     for name, record in records.items():
@@ -130,7 +135,7 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
     # A run may have two stages (§4.3): discovery on ICIR-MCQ, then transfer with its ranking and probes.
     first = min(records.values(), key=lambda r: any(r["settings"].get(k) for k in STAGE_KEYS))
     for name, record in records.items():
-        if _shared(record) != _shared(first):
+        if shared_protocol(record) != shared_protocol(first):
             raise UserInputError(f"{name}'s protocol record differs from the others' (beyond heads_ranking and "
                                  "writer_probes): the run folder mixes runs; submit one run")
     tasks = sorted({task for name, folder in units.items() for task in read_json(folder / "summary.json")["tasks"]})
@@ -141,6 +146,10 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
     protocol = {**first, "settings": {**first["settings"], **dict.fromkeys(STAGE_KEYS)},
                 "datasets": {task: datasets[task] for task in sorted(datasets)}}
 
+    if leaderboard:
+        out = out / RESULTS_FOLDER / entry_key({"model": _model_entry(first)})
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserInputError(f"{out} exists and is not empty; choose a new --out")
     out.mkdir(parents=True, exist_ok=True)
     copies: list[tuple[Path, str]] = [(path, f"results/{path.name}") for path in sorted(set(results.values()))]
     manifest: dict[str, Any] = {

@@ -24,7 +24,6 @@ from typing import Any
 
 from harness.activation_store import file_sha256
 from harness.constants import ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, VOTE_KS
-from harness.evaluation import model_name
 from harness.leaderboard.schema import MANIFEST
 from icir_common import UserInputError
 
@@ -88,18 +87,25 @@ class Entry:
     dose_response: dict[str, Any] | None
 
 
+def name_of(model: dict[str, Any]) -> str:
+    """The ``<org__model>`` folder name of a manifest's model entry: the name its run folder had
+    on the submitter's machine (`harness.model_names.model_name`: a Hub id as ``org__name``, a
+    local folder's last component, ``icir-demo-model`` for the shipped model)."""
+    return str(model["name"])
+
+
 def revision_of(model: dict[str, Any]) -> str:
     """The ``<revision>`` folder name of a manifest's model entry (module docstring)."""
     if model.get("commit"):
         return str(model["commit"])
     if model.get("weights_sha256"):
         return f"sha256-{model['weights_sha256'][:12]}"
-    return str(model.get("revision") or "unknown")
+    return str(model.get("revision") or "unknown").replace("/", "__")
 
 
 def entry_key(manifest: dict[str, Any]) -> str:
     """``<org__model>/<revision>`` of a manifest: where the submission belongs under ``results/``."""
-    return f"{model_name(manifest['model']['id'])}/{revision_of(manifest['model'])}"
+    return f"{name_of(manifest['model'])}/{revision_of(manifest['model'])}"
 
 
 def _json(path: Path) -> Any:
@@ -144,7 +150,7 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
     n_layers, n_heads = model["n_layers"], model["n_heads"]
     artifacts = folder / "artifacts"
     row: dict[str, Any] = {
-        "model": model_name(model["id"]), "revision": revision_of(model), "family": model["model_type"],
+        "model": name_of(model), "revision": revision_of(model), "family": model["model_type"],
         "architecture": model["architecture"], "n_parameters": model["n_parameters"],
         "shape": f"{n_layers} x {n_heads}", "badge": _badge(folder, verification),
         "submitter": manifest.get("submitter"), "link": manifest.get("link"),

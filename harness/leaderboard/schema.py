@@ -37,11 +37,12 @@ SCHEMA: dict[str, Any] = {
         "schema_version": {"const": SCHEMA_VERSION},
         "model": {
             "type": "object",
-            "required": ["id", "source", "revision", "commit", "weights_sha256", "dtype", "attn_implementation",
+            "required": ["id", "name", "source", "revision", "commit", "weights_sha256", "dtype", "attn_implementation",
                          "n_layers", "n_heads", "architecture", "model_type", "n_parameters"],
             "additionalProperties": False,
             "properties": {
                 "id": {"type": "string", "minLength": 1},
+                "name": {"type": "string", "minLength": 1, "pattern": "^(?!\\.\\.?$)[^/\\\\]+$"},
                 "source": {"enum": ["local", "hub"]},
                 "revision": _NULLABLE_STR,
                 "commit": _NULLABLE_STR,

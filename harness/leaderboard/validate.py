@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.activation_store import file_sha256
-from harness.leaderboard.bundle import is_limit_run, read_json
+from harness.leaderboard.bundle import is_limit_run, read_json, shared_protocol
 from harness.leaderboard.checks import Report, load_json
 from harness.leaderboard.recompute import Recomputation
 from harness.leaderboard.schema import (
@@ -21,7 +21,9 @@ from harness.leaderboard.schema import (
     MAX_FILES,
     MAX_TOTAL_BYTES,
     SCHEMA,
+    STAGE_KEYS,
 )
+from harness.protocol import PROTOCOL_FILE
 from icir_common import UserInputError
 
 
@@ -141,10 +143,32 @@ def _validate_folder(root: Path, config: Mapping[str, Any] | None) -> Report:
         return report
     listed = _check_files(root, manifest, files, report)
     _check_protocol(manifest, config, report)
+    _check_one_run(root, manifest, listed, report)
     recomputation = Recomputation(root, manifest, listed, report)
     for unit, tasks in manifest["units"].items():
         recomputation.unit(unit, tasks)
     return report
+
+
+def _check_one_run(root: Path, manifest: Mapping[str, Any], listed: set[str], report: Report) -> None:
+    """Every unit's own protocol record must be the manifest's run (its stage inputs aside)."""
+    for unit in manifest["units"]:
+        relative = f"artifacts/{unit}/{PROTOCOL_FILE}"
+        record = load_json(root, relative, listed, report)
+        if record is None:
+            continue
+        try:
+            same = shared_protocol(record) == shared_protocol(manifest["protocol"])
+            sources = {key: (manifest["inputs"].get(unit, {}).get(key) or {}).get("source") for key in STAGE_KEYS}
+            same_inputs = all(record["settings"].get(key) == source for key, source in sources.items())
+        except (KeyError, TypeError, AttributeError):
+            report.fail(f"{relative}: not a protocol record")
+            continue
+        if not same:
+            report.fail(f"{relative}: another run's protocol record (settings, model or versions differ from "
+                        "the manifest's): a submission holds one run")
+        elif not same_inputs:
+            report.fail(f"{relative}: its heads_ranking / writer_probes are not the manifest's inputs of {unit}")
 
 
 def _check_files(root: Path, manifest: Mapping[str, Any], files: list[str], report: Report) -> set[str]:
