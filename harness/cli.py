@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = (
     "harness.demo",
     "harness.demo_model.cli",
     "harness.report",
+    "harness.ablation.cli",
     "harness.leaderboard.cli",
     "harness.hub.publish",
 )

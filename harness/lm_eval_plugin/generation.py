@@ -126,3 +126,4 @@ def response_text(tokenizer, generated: list[int], settings: GreedySettings) -> 
         if term:
             text = text.split(term)[0]
     return text
+

@@ -204,9 +204,19 @@ def set_partition(pointer_grid: np.ndarray, writer_grid: np.ndarray, k: int = 10
     pointer_grid, writer_grid = _check_pair(pointer_grid, writer_grid)
     _check_k(k, pointer_grid.size)
     n_heads = pointer_grid.shape[1]
-    pointer_order = ranking_names(head_ranking(pointer_grid), n_heads)
-    writer_order = ranking_names(head_ranking(writer_grid), n_heads)
-    pointer_top, writer_top = pointer_order[:k], writer_order[:k]
+    return partition_rankings(ranking_names(head_ranking(pointer_grid), n_heads),
+                              ranking_names(head_ranking(writer_grid), n_heads), k)
+
+
+def partition_rankings(pointer_order: Sequence[str], writer_order: Sequence[str], k: int = 100) -> SetPartition:
+    """`set_partition` of two full rankings (``LxxHyy`` names, best first) instead of grids.
+
+    Raises ``UserInputError`` for rankings of different head sets or ``k`` outside ``[1, L*H]``.
+    """
+    if sorted(pointer_order) != sorted(writer_order) or len(set(pointer_order)) != len(pointer_order):
+        raise UserInputError("the pointer and writer rankings must rank the same heads, each once")
+    _check_k(k, len(pointer_order))
+    pointer_top, writer_top = list(pointer_order[:k]), list(writer_order[:k])
     pointer_set, writer_set = set(pointer_top), set(writer_top)
     union = pointer_set | writer_set
     return SetPartition(

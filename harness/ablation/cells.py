@@ -1,0 +1,129 @@
+"""Every cell of one document, prefilled once: the prefix before the ablation start is shared.
+
+Ablation zeroes heads only from the first anchor token on (§6.1), and attention is causal, so the
+KV cache of the tokens before it is the same in every cell. `prefix_shared_cells` runs that
+prefix once, repeats its cache for a batch of cells, runs only the suffix (anchor phrase to the
+last prefill position) under each row's heads (`ablate_heads(..., per_row=True)`), and decodes
+every row greedily from its own slice of the cache (`generation.continue_greedy`). `full_forward_cells` is the reference: one full
+forward per cell with the heads zeroed from the ablation start. Both return the same tokens to
+float32 rounding (``tests/test_ablation_cells.py``, every tiny architecture).
+
+The prefix cannot be shared when an image span starts at or after the ablation start (the
+suffix would need pixel inputs), or when the suffix is a single token (the hook takes a
+one-token call for a generation step); `can_share_prefix` says so and the grid falls back to
+full forwards.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+import transformers
+
+from harness.capture.ablation import ablate_heads
+from harness.capture.inputs import SampleLayout
+from harness.lm_eval_plugin.generation import GreedySettings, continue_greedy
+
+ROPE_INPUTS = ("mm_token_type_ids", "image_grid_thw", "video_grid_thw", "second_per_grid_ts", "attention_mask")
+
+
+
+def _tokens(inputs, end: int) -> dict:
+    """`inputs` with every per-token tensor (``[1, T]``: ids, mask, token types) cut to ``:end``."""
+    length = inputs["input_ids"].shape[1]
+    return {name: value[:, :end] if torch.is_tensor(value) and value.dim() == 2 and value.shape[1] == length
+            else value for name, value in inputs.items()}
+
+
+def can_share_prefix(layout: SampleLayout, start: int) -> str | None:
+    """None when the cells can share the prefix before token `start`, else why not."""
+    if any(span_start >= start for span_start, _ in layout.image_spans):
+        return "an image span lies after the ablation start"
+    if layout.last - start < 1:
+        return "the suffix from the ablation start is a single token"
+    return None
+
+
+def _suffix_positions(model, inputs, start: int, end: int, rows: int) -> torch.Tensor | None:
+    """Position ids of tokens ``start:end`` for `rows` rows, for models with multimodal RoPE.
+
+    Qwen-VL models place text after images at positions their ``get_rope_index`` computes from
+    the whole sequence (M-RoPE, ``[3, B, T]``); a multi-token call on a filled cache does not
+    derive them itself, so they are computed from the full input and sliced. Other models take
+    ``cache_position``-based positions, which are already right (None).
+    """
+    rope_index = getattr(getattr(model, "model", None), "get_rope_index", None)
+    if rope_index is None:
+        return None
+    given = {name: inputs[name] for name in ROPE_INPUTS if inputs.get(name) is not None}
+    positions, _ = rope_index(inputs["input_ids"], **given)
+    return positions[..., start:end].expand(-1, rows, -1)
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: int,
+                        cells: Sequence[Sequence[str]], settings: GreedySettings, through_generation: bool = False,
+                        batch: int = 8) -> list[list[int]]:
+    """Generated token ids of every cell of one document, the prefix before `start` run once.
+
+    Args:
+        inputs: the document's encoding (`encode_requests` of one request): ``input_ids`` [1, T]...
+        layout: its `SampleLayout` (``last`` is the last prefill token).
+        start: the ablation start token (the first anchor token).
+        cells: per cell the ``LxxHyy`` heads to zero (empty: the unablated baseline).
+        settings: the task's greedy decoding settings.
+        through_generation: keep zeroing the heads at every generated token (App. I.1).
+        batch: cells run together in one suffix forward.
+
+    Returns:
+        Per cell the generated ids, first token included.
+    """
+    device = _device(model)
+    inputs = {name: value.to(device) if hasattr(value, "to") else value for name, value in inputs.items()}
+    end = layout.last + 1
+    cache = transformers.DynamicCache(config=model.config)
+    model(**_tokens(inputs, start), cache=cache, use_cache=True)
+    inputs = _tokens(inputs, end)
+    input_ids = inputs["input_ids"]
+    generated: list[list[int]] = []
+    for begin in range(0, len(cells), batch):
+        rows = [list(heads) for heads in cells[begin:begin + batch]]
+        shared = copy.deepcopy(cache)
+        shared.batch_repeat_interleave(len(rows))
+        suffix = input_ids[:, start:].expand(len(rows), -1)
+        attention = torch.ones(len(rows), end, dtype=torch.long, device=device)
+        positions = _suffix_positions(model, inputs, start, end, len(rows))
+        with ablate_heads(model, rows, (0, None), through_generation, per_row=True):
+            out = model(input_ids=suffix, attention_mask=attention, position_ids=positions, cache=shared,
+                        use_cache=True)
+        for row, heads in enumerate(rows):
+            # Decoding is per row from its own slice of the cache, exactly as icir eval decodes.
+            own = copy.deepcopy(shared)
+            own.batch_select_indices(torch.tensor([row], device=device))
+            with ablate_heads(model, heads, (0, None), through_generation):
+                generated.append(continue_greedy(model, tokenizer, input_ids, own, out.logits[row, -1], settings))
+    return generated
+
+
+@torch.no_grad()
+def full_forward_cells(model, tokenizer, inputs, layout: SampleLayout, start: int, cells: Sequence[Sequence[str]],
+                       settings: GreedySettings, through_generation: bool = False) -> list[list[int]]:
+    """`prefix_shared_cells` without sharing: one full forward per cell, heads zeroed from `start`."""
+    device = _device(model)
+    inputs = {name: value.to(device) if hasattr(value, "to") else value for name, value in inputs.items()}
+    end = layout.last + 1
+    inputs = _tokens(inputs, end)
+    generated = []
+    for heads in cells:
+        cache = transformers.DynamicCache(config=model.config)
+        with ablate_heads(model, list(heads), (start, None), through_generation):
+            out = model(**inputs, cache=cache, use_cache=True)
+            generated.append(continue_greedy(model, tokenizer, inputs["input_ids"], cache, out.logits[0, -1],
+                                             settings))
+    return generated

@@ -1,0 +1,136 @@
+"""The grid's results: per-sample outcomes, per-cell statistics, Table 14, the dose-response figure.
+
+Written into ``OUT/ablation/``::
+
+    outcomes.parquet   N, arm, K, seed, cell, doc_id, answer, correct: one row per (document, cell),
+                       so every statistic can be recomputed
+    cells.parquet      N, arm, K, seed, n, accuracy, drop, random_mean, random_sd, minus_random,
+                       mcnemar_p (one per random seed), significant_vs_seeds (`stats.cell_stats`)
+    table14.md         accuracy minus the random mean per (N, K), per arm, and the baseline (Table 14)
+    dose_response.png  one panel per N: the arms and the random mean with a +-1 sd band (Fig. 3 / 7)
+    grid.json          the arms, the cells' heads, the budgets an arm is too short for, notes
+    protocol.json      the protocol version, the grid's settings, model identity, versions, datasets
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from harness.ablation.arms import ARMS, BASELINE, RANDOM, Grid, grid_json
+from harness.ablation.stats import CellStats, cell_stats
+from icir_common import atomic_file, write_json
+
+ARM_LABELS = {"overlap": "Overlap", "pointer_only": "Pointer-only", "writer_only": "Writer-only"}
+
+
+def outcome_rows(grid: Grid, logs: Mapping[str, object]) -> list[dict]:
+    """One row per (document, cell) of every task, in task, document and cell order."""
+    rows = []
+    for task in sorted(logs, key=lambda t: int(t.rsplit("_n", 1)[1])):
+        for doc_id in sorted(logs[task].done):
+            line = logs[task].done[doc_id]
+            for cell in grid.cells:
+                outcome = line["cells"][cell.name]
+                rows.append({"N": line["N"], "arm": cell.arm, "K": cell.k, "seed": cell.seed, "cell": cell.name,
+                             "doc_id": doc_id, "answer": outcome["answer"], "correct": outcome["correct"]})
+    return rows
+
+
+def grid_stats(grid: Grid, rows: Sequence[dict]) -> list[CellStats]:
+    """`stats.cell_stats` of every haystack size, from the outcome rows."""
+    stats = []
+    for n in sorted({row["N"] for row in rows}):
+        outcomes = {}
+        for cell in grid.cells:
+            picked = sorted((r["doc_id"], r["correct"]) for r in rows if r["N"] == n and r["cell"] == cell.name)
+            outcomes[cell.name] = np.array([correct for _, correct in picked], dtype=bool)
+        stats += cell_stats(n, grid.cells, outcomes)
+    return stats
+
+
+def table14(stats: Sequence[CellStats]) -> str:
+    """Table 14 as markdown: per N and K, each arm's accuracy minus the random mean, and the baseline."""
+    ks = sorted({s.k for s in stats if s.arm != BASELINE})
+    lines = ["| N | Arm | " + " | ".join(f"K={k}" for k in ks) + " |", "|---|---|" + "---|" * len(ks)]
+    for n in sorted({s.n_size for s in stats}):
+        at = {(s.arm, s.k): s for s in stats if s.n_size == n}
+        lines.append(f"| {n} | Baseline accuracy | " + " | ".join(f"{at[(BASELINE, 0)].accuracy:.3f}" for _ in ks)
+                     + " |")
+        for arm in ARMS:
+            if not any((arm, k) in at for k in ks):
+                continue
+            cells = []
+            for k in ks:
+                s = at.get((arm, k))
+                cells.append("–" if s is None else f"{s.minus_random:+.3f}" + ("*" * (s.significant or 0)))
+            lines.append(f"| {n} | {ARM_LABELS[arm]} − random | " + " | ".join(cells) + " |")
+        randoms = [at[(RANDOM, k)] for k in ks if (RANDOM, k) in at]
+        if randoms:
+            lines.append(f"| {n} | Random mean accuracy (sd) | "
+                         + " | ".join(f"{s.random_mean:.3f} ({s.random_sd:.3f})" for s in randoms) + " |")
+    lines.append("")
+    lines.append("Accuracy minus the mean of the random controls at the same K; one * per random seed the arm is "
+                 "significantly worse than (McNemar exact, p < 0.05); – an arm shorter than K.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_dose_response(stats: Sequence[CellStats], path: Path) -> Path:
+    """One panel per N: accuracy of each arm and of the random mean (+-1 sd band) against K."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({s.n_size for s in stats})
+    figure, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes), 3.4), squeeze=False, sharey=True)
+    for axis, n in zip(axes[0], sizes):
+        at = [s for s in stats if s.n_size == n]
+        baseline = next(s.accuracy for s in at if s.arm == BASELINE)
+        axis.axhline(baseline, color="grey", linestyle=":", label="unablated")
+        randoms = sorted((s for s in at if s.arm == RANDOM and s.seed == min(x.seed for x in at if x.arm == RANDOM)),
+                         key=lambda s: s.k)
+        if randoms:
+            ks = [s.k for s in randoms]
+            mean = np.array([s.random_mean for s in randoms])
+            sd = np.array([s.random_sd or 0.0 for s in randoms])
+            axis.plot(ks, mean, color="black", label="random (mean)")
+            axis.fill_between(ks, mean - sd, mean + sd, color="black", alpha=0.15)
+        for arm in ARMS:
+            points = sorted((s.k, s.accuracy) for s in at if s.arm == arm)
+            if points:
+                axis.plot(*zip(*points), marker="o", label=ARM_LABELS[arm])
+        axis.set_title(f"VHs N={n}")
+        axis.set_xlabel("heads ablated (K)")
+    axes[0][0].set_ylabel("accuracy")
+    axes[0][-1].legend(fontsize=7)
+    figure.tight_layout()
+    with atomic_file(path) as tmp:
+        figure.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
+    plt.close(figure)
+    return path
+
+
+def _parquet(path: Path, rows: Sequence[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with atomic_file(path) as tmp:
+        pq.write_table(pa.Table.from_pylist(list(rows)), tmp)
+
+
+def write_results(folder: Path, grid: Grid, logs: Mapping[str, object], protocol: Mapping) -> list[CellStats]:
+    """Write every file of the module docstring into `folder`; return the cell statistics."""
+    rows = outcome_rows(grid, logs)
+    stats = grid_stats(grid, rows)
+    _parquet(folder / "outcomes.parquet", rows)
+    _parquet(folder / "cells.parquet", [s.row() for s in stats])
+    with atomic_file(folder / "table14.md") as tmp:
+        tmp.write_text(table14(stats))
+    with atomic_file(folder / "grid.json") as tmp:
+        tmp.write_text(grid_json(grid))
+    plot_dose_response(stats, folder / "dose_response.png")
+    write_json(folder / "protocol.json", dict(protocol), sort_keys=True)
+    return stats

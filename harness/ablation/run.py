@@ -1,0 +1,248 @@
+"""Run the ablation grid over VHs documents: the same tasks, encoding and answer parsing as icir eval.
+
+Documents come from lm-eval's task definitions (`harness/tasks/vhs_single_n*.yaml`, their
+requests built by lm-eval exactly as for ``icir eval``) and go through the model class
+(`HFMultimodalHeadsLM`: the same weights, chat template and image inputs) and its encoder. A
+document's ablation start is its ``ablation_start_char`` (the first character of the anchor
+phrase, §6.1); its answer is parsed as the VHs task parses it (`vhs_adapter.scoring`).
+
+Outcomes are appended per document to ``OUT/ablation/outcomes/<task>.jsonl`` (all cells of a
+document in one line), so a killed run resumes after its last complete document. A run folder
+holds one grid: ``settings.json`` records the model's capture settings, the grid's cells, the
+tasks and the decoding settings, and a rerun with other settings is refused. Each line records
+its document's fingerprint, so a changed dataset is refused too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.ablation.arms import DEFAULT_KS, DEFAULT_SEEDS, DEFAULT_TOP, Grid, build_grid, load_rankings
+from icir_common import UserInputError, write_json
+
+VHS_TASK = re.compile(r"^vhs_single_n(\d+)$")
+ABLATION_FOLDER = "ablation"
+SETTINGS = "settings.json"
+
+
+@dataclass
+class AblationSpec:
+    """What one ``icir ablate`` run does.
+
+    Attributes:
+        tasks: ``vhs_single_n{N}`` task names.
+        rankings: an ICIR-MCQ run's unit folder (``icir_artifacts/icir_mcq``).
+        output: the run folder; results go to ``output/ablation/``.
+        model_args: ``hf-multimodal-heads`` arguments (``pretrained``, ``image_budget``, ...).
+        metadata: task metadata (``{"vhs_data": DIR}``).
+        ks, seeds, top: the grid (`arms.build_grid`).
+        limit: documents per task (None: all).
+        through_generation: zero the heads at every generated token too (App. I.1).
+        share_prefix: prefill each document's prefix once (False: one full forward per cell).
+        cell_batch: cells per suffix forward.
+    """
+
+    tasks: list[str]
+    rankings: Path
+    output: Path
+    model_args: dict[str, Any]
+    metadata: dict[str, Any]
+    ks: Sequence[int] = DEFAULT_KS
+    seeds: Sequence[int] = DEFAULT_SEEDS
+    top: int = DEFAULT_TOP
+    limit: int | None = None
+    through_generation: bool = False
+    share_prefix: bool = True
+    cell_batch: int = 8
+
+    @property
+    def folder(self) -> Path:
+        """``output/ablation``."""
+        return Path(self.output) / ABLATION_FOLDER
+
+
+def haystack_size(task: str) -> int:
+    """N of a ``vhs_single_n{N}`` task.
+
+    Raises:
+        UserInputError: another task (the grid runs on VHs single-needle haystacks, §6.1).
+    """
+    match = VHS_TASK.match(task)
+    if match is None:
+        raise UserInputError(f"icir ablate runs on VHs single-needle tasks (vhs_single_n2, ...), not {task!r}")
+    return int(match.group(1))
+
+
+def model_shape(pretrained: str) -> tuple[int, int]:
+    """``(L, H)`` of a model from its config alone (no weights loaded)."""
+    from transformers import AutoConfig
+
+    try:
+        text = AutoConfig.from_pretrained(pretrained).get_text_config()
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"cannot read the config of {pretrained}: {err}") from None
+    return int(text.num_hidden_layers), int(text.num_attention_heads)
+
+
+def task_requests(tasks: Sequence[str], metadata: Mapping[str, Any], limit: int | None, rank: int = 0,
+                  world_size: int = 1) -> dict[str, list]:
+    """``{task: [lm-eval Instance, ...]}``: each task's requests as lm-eval builds them for icir eval.
+
+    Raises:
+        UserInputError: an unknown task or a missing dataset folder or config (`check_data_folders`),
+            or a document without ``ablation_start_char``.
+    """
+    from lm_eval.tasks import get_task_dict
+
+    from harness.evaluation import check_task_names, task_manager
+    from harness.tasks.utils import check_data_folders
+
+    manager = task_manager(dict(metadata))
+    names = check_task_names(tasks, manager.all_tasks)
+    check_data_folders(names, dict(metadata))
+    try:
+        task_dict = get_task_dict(names, manager)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserInputError(f"cannot load {', '.join(names)}: {err} (was haystack size N built in the VHs folder?)")
+    requests = {}
+    for name in names:
+        task = task_dict[name]
+        task.build_all_requests(limit=limit, rank=rank, world_size=world_size)
+        instances = sorted(task.instances, key=lambda i: i.doc_id)
+        missing = [i.doc_id for i in instances if "ablation_start_char" not in i.doc]
+        if missing:
+            raise UserInputError(f"{name}: documents {missing[:5]} have no ablation_start_char; rebuild the VHs "
+                                 "folder with this package's build-vhs")
+        requests[name] = instances
+    return requests
+
+
+class OutcomeLog:
+    """``outcomes/<task>.jsonl``: one line per finished document, all its cells (module docstring)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.done: dict[int, dict] = {}
+        if path.is_file():
+            raw = path.read_bytes()
+            complete = raw[: raw.rfind(b"\n") + 1]  # a line cut by a kill is dropped and redone
+            if len(complete) != len(raw):
+                path.write_bytes(complete)
+            for line in complete.decode().splitlines():
+                row = json.loads(line)
+                self.done[int(row["doc_id"])] = row
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def add(self, row: dict) -> None:
+        """Append one document's line and flush it to disk."""
+        import os
+
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.done[int(row["doc_id"])] = row
+
+
+def _check_settings(folder: Path, settings: Mapping[str, Any]) -> None:
+    path = folder / SETTINGS
+    if path.is_file():
+        stored = json.loads(path.read_text())
+        if stored != json.loads(json.dumps(settings, sort_keys=True)):
+            changed = sorted(k for k in set(stored) | set(settings) if stored.get(k) != settings.get(k))
+            raise UserInputError(f"{folder} holds a grid run with other settings ({', '.join(changed)}); "
+                                 "choose another --output_path")
+    else:
+        write_json(path, settings, sort_keys=True)
+
+
+def _documents(lm, instances) -> Iterator[tuple[Any, Any, Any, Any, int]]:
+    """Per document: its request, DocInput, encoded inputs, layout and ablation start token."""
+    from harness.capture.adapters import image_token_id, resolve_adapter
+    from harness.capture.inputs import CaptureRequest, encode_requests
+    from harness.lm_eval_plugin.documents import doc_input
+
+    image_token = image_token_id(lm.model, resolve_adapter(lm.model))
+    for instance in instances:
+        doc = doc_input(instance)
+        start_char = int(instance.doc["ablation_start_char"])
+        request = CaptureRequest(doc.prompt, doc.images, (start_char, start_char + 1))
+        inputs, (layout,) = encode_requests(lm.processor, [request], image_token, lm.image_call)
+        yield instance, doc, inputs, layout, layout.cattok
+
+
+def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
+    """Run (or resume) every cell on every document; return the grid, the outcome logs, the settings.
+
+    Raises:
+        UserInputError: see `haystack_size`, `load_rankings`, `build_grid`, `task_requests`; a run
+            folder holding another grid; a document whose fingerprint changed since it was run.
+    """
+    from tqdm import tqdm
+
+    from harness.ablation.cells import can_share_prefix, full_forward_cells, prefix_shared_cells
+    from harness.lm_eval_plugin.generation import greedy_settings, response_text
+    from harness.lm_eval_plugin.model import HFMultimodalHeadsLM
+    from vhs_adapter.scoring import is_correct, parse_yes_no
+
+    from harness.demo_model import default_model_path
+
+    sizes = {task: haystack_size(task) for task in spec.tasks}
+    pretrained = str(spec.model_args.get("pretrained") or default_model_path())
+    n_layers, n_heads = model_shape(pretrained)
+    pointer, writer = load_rankings(spec.rankings, n_layers, n_heads)
+    grid = build_grid(pointer, writer, n_layers, n_heads, spec.ks, spec.seeds, spec.top)
+    requests = task_requests(spec.tasks, spec.metadata, spec.limit)
+    lm = HFMultimodalHeadsLM(**{**spec.model_args, "pretrained": pretrained})
+    eos = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
+    settings = {
+        "capture": {k: v for k, v in lm.capture_settings().items() if k not in ("readout",)},
+        "cells": {cell.name: list(cell.heads) for cell in grid.cells},
+        "tasks": sorted(spec.tasks), "limit": spec.limit, "through_generation": spec.through_generation,
+        "rankings": str(Path(spec.rankings).resolve()),
+    }
+    spec.folder.mkdir(parents=True, exist_ok=True)
+    _check_settings(spec.folder, settings)
+    logs = {task: OutcomeLog(spec.folder / "outcomes" / f"{task}.jsonl") for task in spec.tasks}
+    heads = [cell.heads for cell in grid.cells]
+    todo = sum(1 for task in spec.tasks for i in requests[task] if i.doc_id not in logs[task].done)
+    bar = tqdm(total=todo * len(grid.cells), desc="ablation cells", unit="cell")
+    fallback: set[str] = set()
+    for task in spec.tasks:
+        pending = [i for i in requests[task] if i.doc_id not in logs[task].done]
+        for instance in requests[task]:
+            row = logs[task].done.get(instance.doc_id)
+            if row is not None and row["fingerprint"] != _fingerprint(instance):
+                raise UserInputError(f"{spec.folder}: {task} doc {instance.doc_id} changed since it was run "
+                                     "(its fingerprint differs); choose another --output_path")
+        for instance, doc, inputs, layout, start in _documents(lm, pending):
+            decoding = greedy_settings(instance.args[1], eos, lm.max_gen_toks)
+            why = can_share_prefix(layout, start) if spec.share_prefix else "prefix sharing is off"
+            if why is None:
+                generated = prefix_shared_cells(lm.model, lm.tokenizer, inputs, layout, start, heads, decoding,
+                                                spec.through_generation, spec.cell_batch)
+            else:
+                fallback.add(f"{task}: {why}")
+                generated = full_forward_cells(lm.model, lm.tokenizer, inputs, layout, start, heads, decoding,
+                                               spec.through_generation)
+            cells = {}
+            for cell, tokens in zip(grid.cells, generated):
+                response = response_text(lm.tokenizer, tokens, decoding)
+                cells[cell.name] = {"response": response, "answer": parse_yes_no(response),
+                                    "correct": bool(is_correct(response, doc.fields["answer"]))}
+            logs[task].add({"doc_id": doc.doc_id, "N": sizes[task], "fingerprint": doc.fingerprint, "cells": cells})
+            bar.update(len(grid.cells))
+    bar.close()
+    grid.notes += [f"full forward per cell ({why})" for why in sorted(fallback)]
+    return grid, logs, settings
+
+
+def _fingerprint(instance) -> str:
+    from harness.lm_eval_plugin.documents import doc_input
+
+    return doc_input(instance).fingerprint
