@@ -70,7 +70,8 @@ def table14(stats: Sequence[CellStats]) -> str:
         randoms = [at[(RANDOM, k)] for k in ks if (RANDOM, k) in at]
         if randoms:
             lines.append(f"| {n} | Random mean accuracy (sd) | "
-                         + " | ".join(f"{s.random_mean:.3f} ({s.random_sd:.3f})" for s in randoms) + " |")
+                         + " | ".join(f"{s.random_mean:.3f} ({'–' if s.random_sd is None else f'{s.random_sd:.3f}'})"
+                                      for s in randoms) + " |")
     lines.append("")
     lines.append("Accuracy minus the mean of the random controls at the same K; one * per random seed the arm is "
                  "significantly worse than (McNemar exact, p < 0.05); – an arm shorter than K.")

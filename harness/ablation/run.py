@@ -97,8 +97,6 @@ def task_requests(tasks: Sequence[str], metadata: Mapping[str, Any], limit: int 
         UserInputError: an unknown task or a missing dataset folder or config (`check_data_folders`),
             or a document without ``ablation_start_char``.
     """
-    from lm_eval.tasks import get_task_dict
-
     from harness.evaluation import check_task_names, task_manager
     from harness.tasks.utils import check_data_folders
 
@@ -106,7 +104,7 @@ def task_requests(tasks: Sequence[str], metadata: Mapping[str, Any], limit: int 
     names = check_task_names(tasks, manager.all_tasks)
     check_data_folders(names, dict(metadata))
     try:
-        task_dict = get_task_dict(names, manager)
+        task_dict = manager.load(list(names))["tasks"]
     except (FileNotFoundError, ValueError) as err:
         raise UserInputError(f"cannot load {', '.join(names)}: {err} (was haystack size N built in the VHs folder?)")
     requests = {}

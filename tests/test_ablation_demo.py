@@ -1,0 +1,121 @@
+"""icir ablate end to end on the shipped demo model: its overlap arm (which holds the pointer head
+L00H00) is the causal one, the random controls barely move accuracy, the unablated baseline is
+icir eval's answer on every document, and a killed grid resumes to the same tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from harness.ablation import run as run_module
+from harness.cli import main as icir_main
+
+TASK = "vhs_single_n5"
+GRID = ["--ks", "1,2", "--top", "6"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    """The demo's data (a fresh demo-world draw) and an icir eval of the demo model on it (both stages)."""
+    out = tmp_path_factory.mktemp("ablation_demo")
+    assert icir_main(["demo", "--out", str(out), "--no-eval", "--images", "500", "--samples", "120",
+                      "--vhs-questions", "40"]) == 0
+    common = ["--device", "cpu", "--batch_size", "1", "--output_path", str(out / "eval"), "--metadata",
+              json.dumps({"icir_mcq_data": str(out / "icir_mcq"), "vhs_data": str(out / "vhs")})]
+    assert icir_main(["eval", "--tasks", "icir_mcq", *common]) == 0
+    found = out / "eval" / "icir-demo-model" / "icir_artifacts" / "icir_mcq"
+    assert icir_main(["eval", "--tasks", TASK, *common, "--model_args",
+                      f"heads_ranking={found / 'pointer_ranking.json'}"]) == 0
+    return out
+
+
+def _ablate(demo: Path, out: Path, *extra: str) -> int:
+    return icir_main(["ablate", "--rankings", str(demo / "eval" / "icir-demo-model" / "icir_artifacts" / "icir_mcq"),
+                      "--tasks", TASK, "--metadata", json.dumps({"vhs_data": str(demo / "vhs")}), "--device", "cpu",
+                      "--output_path", str(out), *GRID, *extra])
+
+
+def _cells(out: Path) -> dict:
+    rows = pq.read_table(out / "icir-demo-model" / "ablation" / "cells.parquet").to_pylist()
+    return {(r["arm"], r["K"], r["seed"]): r for r in rows}
+
+
+def test_overlap_arm_is_causal_and_random_controls_are_not(demo, tmp_path, capsys):
+    assert _ablate(demo, tmp_path / "grid") == 0
+    out = capsys.readouterr().out
+    assert "Table 14" in out and "dose_response.png" in out
+    cells = _cells(tmp_path / "grid")
+    grid = json.loads((tmp_path / "grid" / "icir-demo-model" / "ablation" / "grid.json").read_text())
+    assert grid["arms"]["overlap"][0] == "L00H00"
+    baseline = cells[("baseline", 0, -1)]["accuracy"]
+    for k in (1, 2):
+        overlap = cells[("overlap", k, -1)]
+        randoms = [cells[("random", k, seed)] for seed in (0, 1, 2)]
+        assert all(p < 0.05 for p in overlap["mcnemar_p"]) and overlap["significant_vs_seeds"] == 3
+        assert overlap["accuracy"] < min(r["accuracy"] for r in randoms)
+        assert abs(baseline - overlap["random_mean"]) <= 0.05 + 1e-12  # the random arms' mean drop is near zero
+
+
+def test_baseline_is_icir_eval_on_every_document(demo, tmp_path):
+    assert _ablate(demo, tmp_path / "grid", "--ks", "1", "--random-seeds", "0") == 0
+    outcomes = pq.read_table(tmp_path / "grid" / "icir-demo-model" / "ablation" / "outcomes.parquet").to_pylist()
+    baseline = {r["doc_id"]: r["correct"] for r in outcomes if r["cell"] == "baseline"}
+    docs = demo / "eval" / "icir-demo-model" / "icir_artifacts" / TASK / "documents.jsonl"
+    evaluated = {row["doc_id"]: row["correct"] for row in map(json.loads, docs.read_text().splitlines())}
+    assert baseline == evaluated and len(baseline) == 40
+
+
+def test_full_forwards_give_the_same_outcomes(demo, tmp_path):
+    assert _ablate(demo, tmp_path / "shared", "--limit", "6") == 0
+    assert _ablate(demo, tmp_path / "full", "--limit", "6", "--full-forwards") == 0
+    read = lambda p: pq.read_table(p / "icir-demo-model" / "ablation" / "outcomes.parquet").to_pylist()  # noqa: E731
+    assert read(tmp_path / "shared") == read(tmp_path / "full")
+
+
+def test_killed_grid_resumes_to_identical_tables(demo, tmp_path, monkeypatch):
+    assert _ablate(demo, tmp_path / "whole", "--limit", "8") == 0
+    real_add = run_module.OutcomeLog.add
+    written = []
+
+    def killed_after_three(self, row):
+        if len(written) == 3:
+            with open(self.path, "a") as handle:  # a line cut off by the kill
+                handle.write('{"doc_id": 3, "cel')
+            raise KeyboardInterrupt
+        written.append(row)
+        real_add(self, row)
+
+    monkeypatch.setattr(run_module.OutcomeLog, "add", killed_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        _ablate(demo, tmp_path / "resumed", "--limit", "8")
+    monkeypatch.setattr(run_module.OutcomeLog, "add", real_add)
+    assert _ablate(demo, tmp_path / "resumed", "--limit", "8") == 0
+    for name in ("table14.md", "grid.json"):
+        whole = (tmp_path / "whole" / "icir-demo-model" / "ablation" / name).read_text()
+        assert (tmp_path / "resumed" / "icir-demo-model" / "ablation" / name).read_text() == whole
+    for name in ("cells.parquet", "outcomes.parquet"):
+        whole = pq.read_table(tmp_path / "whole" / "icir-demo-model" / "ablation" / name).to_pylist()
+        assert pq.read_table(tmp_path / "resumed" / "icir-demo-model" / "ablation" / name).to_pylist() == whole
+
+
+def test_other_settings_in_the_same_folder_are_refused(demo, tmp_path, capsys):
+    assert _ablate(demo, tmp_path / "grid", "--limit", "2") == 0
+    assert _ablate(demo, tmp_path / "grid", "--limit", "2", "--random-seeds", "5") == 2
+    assert "holds a grid run with other settings (cells)" in capsys.readouterr().err
+
+
+def test_bad_input_before_the_model_loads(demo, tmp_path, capsys):
+    rankings = demo / "eval" / "icir-demo-model" / "icir_artifacts" / "icir_mcq"
+    base = ["ablate", "--metadata", json.dumps({"vhs_data": str(demo / "vhs")}), "--output_path", str(tmp_path),
+            "--top", "6"]
+    assert icir_main([*base, "--rankings", str(rankings), "--tasks", "vhs_single_n3", "--ks", "1"]) == 2
+    assert "vhs_single_n3" in capsys.readouterr().err
+    assert icir_main([*base, "--rankings", str(rankings), "--tasks", "icir_mcq_n5", "--ks", "1"]) == 2
+    assert "VHs single-needle tasks" in capsys.readouterr().err
+    assert icir_main([*base, "--rankings", str(tmp_path), "--tasks", TASK, "--ks", "1"]) == 2
+    assert "holds no pointer_ranking.json" in capsys.readouterr().err
+    assert icir_main([*base, "--rankings", str(rankings), "--tasks", TASK, "--ks", "1,30"]) == 2
+    assert "--ks [30] outside 1..24" in capsys.readouterr().err
