@@ -32,6 +32,8 @@ DISCOVERY_TASK = ICIR_MCQ_GROUP
 TRANSFER_TASKS = tuple(f"vhs_single_n{n}" for n in DEMO_VHS_SIZES)
 SECOND_ARCH, SECOND_MODEL, SECOND_SIDE = "qwen3_vl", "tiny-random-qwen3-vl", 64
 VERIFY_DOCS = 20
+# A quarter of the demo model's 24 heads, as the paper's top-100 is a tenth of 1,152 (App. I).
+ABLATION_TASK, ABLATION_KS, ABLATION_TOP = "vhs_single_n5", "1,2,3", 6
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -64,7 +66,7 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"\nThe default model is the shipped demo model ({default_model_path()}): a 4-layer x 6-head Qwen3-VL "
           "trained on another demo-world draw to find the image a question names; its training record is "
           "TRAINING.md in that folder.")
-    code = _evaluate(args, main, default_model_path(), [])
+    code = _evaluate(args, main, default_model_path(), []) or _ablate(args, main, default_model_path())
     if code:
         return code
     from harness.tiny_models import save_tiny
@@ -95,6 +97,18 @@ def _evaluate(args: argparse.Namespace, main, model: Path, model_args: list[str]
         transfer += ["--gen_kwargs", f"max_gen_toks={args.max_gen_toks}"]
     print("\nVisual Haystacks with the heads found on ICIR-MCQ (the paper's transfer protocol, §4.3):")
     return _run_shown(transfer, main)
+
+
+def _ablate(args: argparse.Namespace, main, model: Path) -> int:
+    """A small set-partition grid on VHs N=5 (§6): the demo model's 24 heads, so the top-6 sets and K <= 3."""
+    from harness.model_names import model_name
+
+    rankings = args.out / "eval" / model_name(model) / ARTIFACTS_FOLDER / DISCOVERY_TASK
+    print("\nThe causal test (§6): zero the first K heads of each arm of the pointer/writer set partition, "
+          "and K random heads (3 seeds), on VHs N=5:")
+    return _run_shown(["ablate", "--rankings", str(rankings), "--tasks", ABLATION_TASK, "--ks", ABLATION_KS,
+                       "--top", str(ABLATION_TOP), "--device", "cpu", "--output_path", str(args.out / "eval"),
+                       "--metadata", json.dumps({"vhs_data": str(args.out / "vhs")})], main)
 
 
 def _leaderboard(args: argparse.Namespace, main, models: list[Path]) -> int:

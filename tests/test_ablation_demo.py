@@ -119,3 +119,30 @@ def test_bad_input_before_the_model_loads(demo, tmp_path, capsys):
     assert "holds no pointer_ranking.json" in capsys.readouterr().err
     assert icir_main([*base, "--rankings", str(rankings), "--tasks", TASK, "--ks", "1,30"]) == 2
     assert "--ks [30] outside 1..24" in capsys.readouterr().err
+
+
+def test_submission_carries_the_grid_and_the_validator_recomputes_it(demo, tmp_path):
+    from lm_eval_helpers import rehash
+
+    from harness.leaderboard.entries import load_entry
+    from harness.leaderboard.validate import validate
+
+    assert _ablate(demo, demo / "eval") == 0  # into the run folder, as make demo does
+    sub = tmp_path / "sub"
+    assert icir_main(["submit", str(demo / "eval" / "icir-demo-model"), "--out", str(sub)]) == 0
+    assert validate(sub).failures == []
+    cells = json.loads((sub / "ablation" / "cells.json").read_text())
+    entry = load_entry(sub, None)
+    overlap = [-r["minus_random"] for r in cells if r["arm"] == "overlap"]
+    assert entry.row["ablation_drop"] == pytest.approx(sum(overlap) / len(overlap)) and entry.row["ablation_drop"] > 0.3
+    cells[1]["minus_random"] += 0.1
+    (sub / "ablation" / "cells.json").write_text(json.dumps(cells))
+    rehash(sub)
+    found = validate(sub).failures
+    assert len(found) == 1 and "minus_random reported" in found[0], found
+    outcomes = sub / "ablation" / "outcomes" / f"{TASK}.jsonl"
+    lines = [json.loads(line) for line in outcomes.read_text().splitlines()]
+    lines[0]["cells"]["overlap@1"]["correct"] = not lines[0]["cells"]["overlap@1"]["correct"]
+    outcomes.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    rehash(sub)
+    assert any("overlap K=1" in line and "accuracy reported" in line for line in validate(sub).failures)

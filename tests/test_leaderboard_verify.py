@@ -9,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lm_eval_helpers import full_run
+from lm_eval_helpers import full_run, rehash
 from safetensors.numpy import load_file, save_file
 
 from harness.activation_store import file_sha256
 from harness.cli import main as icir_main
-from harness.leaderboard.bundle import write_manifest
 from harness.leaderboard.schema import MANIFEST
 from harness.leaderboard.verify import sample_documents, verify
 
@@ -64,10 +63,7 @@ def test_edited_head_records_fail_naming_the_documents(shared, submission, tmp_p
     rows = [tensors["doc_id"].tolist().index(d) for d in edited]
     tensors["pointer_image"][rows] = (tensors["pointer_image"][rows] + 1) % 5
     save_file(tensors, str(path))
-    manifest = json.loads((copy / MANIFEST).read_text())
-    for entry in manifest["files"]:
-        entry["sha256"], entry["size"] = file_sha256(copy / entry["path"]), (copy / entry["path"]).stat().st_size
-    write_manifest(copy, manifest)
+    rehash(copy)
     found = verify(copy, _data(shared), docs=DOCS, seed=0, device="cpu")
     assert not found.passed
     assert found.mismatches["pointer_image"] == [f"{TASK}:{d}" for d in edited]

@@ -10,10 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lm_eval_helpers import full_run
+from lm_eval_helpers import full_run, rehash
 from safetensors.numpy import load_file, save_file
 
-from harness.activation_store import file_sha256
 from harness.cli import main as icir_main
 from harness.leaderboard.bundle import write_manifest
 from harness.leaderboard.schema import MANIFEST
@@ -40,15 +39,6 @@ def copy(submission, tmp_path) -> Path:
     target = tmp_path / "sub"
     shutil.copytree(submission, target)
     return target
-
-
-def rehash(folder: Path) -> None:
-    """Update the manifest's sha256 and size of every listed file (as a careful tamperer would)."""
-    manifest = json.loads((folder / MANIFEST).read_text())
-    for entry in manifest["files"]:
-        path = folder / entry["path"]
-        entry["sha256"], entry["size"] = file_sha256(path), path.stat().st_size
-    write_manifest(folder, manifest)
 
 
 def failures(path: Path, config: dict | None = None) -> list[str]:

@@ -4,7 +4,8 @@ Ablation zeroes heads only from the first anchor token on (§6.1), and attention
 KV cache of the tokens before it is the same in every cell. `prefix_shared_cells` runs that
 prefix once, repeats its cache for a batch of cells, runs only the suffix (anchor phrase to the
 last prefill position) under each row's heads (`ablate_heads(..., per_row=True)`), and decodes
-every row greedily from its own slice of the cache (`generation.continue_greedy`). `full_forward_cells` is the reference: one full
+the rows together (`generation.greedy_rows`), the heads still zeroed per row with
+`through_generation`. `full_forward_cells` is the reference: one full
 forward per cell with the heads zeroed from the ablation start. Both return the same tokens to
 float32 rounding (``tests/test_ablation_cells.py``, every tiny architecture).
 
@@ -24,7 +25,7 @@ import transformers
 
 from harness.capture.ablation import ablate_heads
 from harness.capture.inputs import SampleLayout
-from harness.lm_eval_plugin.generation import GreedySettings, continue_greedy
+from harness.lm_eval_plugin.generation import GreedySettings, continue_greedy, greedy_rows
 
 ROPE_INPUTS = ("mm_token_type_ids", "image_grid_thw", "video_grid_thw", "second_per_grid_ts", "attention_mask")
 
@@ -62,6 +63,21 @@ def _suffix_positions(model, inputs, start: int, end: int, rows: int) -> torch.T
     return positions[..., start:end].expand(-1, rows, -1)
 
 
+def _fork(cache, rows: torch.Tensor | int):
+    """A cache whose layers start as `cache`'s: repeated `rows` times, or only row indices `rows`.
+
+    `cache` is left as it is: the batch operations of a transformers ``DynamicCache`` replace
+    each layer's tensors rather than writing into them, so a shallow copy of the layers is enough.
+    """
+    fork = copy.copy(cache)
+    fork.layers = [copy.copy(layer) for layer in cache.layers]
+    if isinstance(rows, int):
+        fork.batch_repeat_interleave(rows)
+    else:
+        fork.batch_select_indices(rows)
+    return fork
+
+
 def _device(model) -> torch.device:
     return next(model.parameters()).device
 
@@ -94,20 +110,15 @@ def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: i
     generated: list[list[int]] = []
     for begin in range(0, len(cells), batch):
         rows = [list(heads) for heads in cells[begin:begin + batch]]
-        shared = copy.deepcopy(cache)
-        shared.batch_repeat_interleave(len(rows))
+        shared = _fork(cache, len(rows))
         suffix = input_ids[:, start:].expand(len(rows), -1)
         attention = torch.ones(len(rows), end, dtype=torch.long, device=device)
         positions = _suffix_positions(model, inputs, start, end, len(rows))
         with ablate_heads(model, rows, (0, None), through_generation, per_row=True):
             out = model(input_ids=suffix, attention_mask=attention, position_ids=positions, cache=shared,
                         use_cache=True)
-        for row, heads in enumerate(rows):
-            # Decoding is per row from its own slice of the cache, exactly as icir eval decodes.
-            own = copy.deepcopy(shared)
-            own.batch_select_indices(torch.tensor([row], device=device))
-            with ablate_heads(model, heads, (0, None), through_generation):
-                generated.append(continue_greedy(model, tokenizer, input_ids, own, out.logits[row, -1], settings))
+            following = None if positions is None else positions[..., -1:] + 1
+            generated += greedy_rows(model, tokenizer, input_ids, shared, out.logits[:, -1], settings, following)
     return generated
 
 

@@ -5,7 +5,8 @@ Written into ``OUT/ablation/``::
     outcomes.parquet   N, arm, K, seed, cell, doc_id, answer, correct: one row per (document, cell),
                        so every statistic can be recomputed
     cells.parquet      N, arm, K, seed, n, accuracy, drop, random_mean, random_sd, minus_random,
-                       mcnemar_p (one per random seed), significant_vs_seeds (`stats.cell_stats`)
+                       mcnemar_p (one per random seed), significant_vs_seeds (`stats.cell_stats`);
+                       the same rows in cells.json (what a leaderboard submission carries)
     table14.md         accuracy minus the random mean per (N, K), per arm, and the baseline (Table 14)
     dose_response.png  one panel per N: the arms and the random mean with a +-1 sd band (Fig. 3 / 7)
     grid.json          the arms, the cells' heads, the budgets an arm is too short for, notes
@@ -128,6 +129,7 @@ def write_results(folder: Path, grid: Grid, logs: Mapping[str, object], protocol
     stats = grid_stats(grid, rows)
     _parquet(folder / "outcomes.parquet", rows)
     _parquet(folder / "cells.parquet", [s.row() for s in stats])
+    write_json(folder / "cells.json", [s.row() for s in stats])
     with atomic_file(folder / "table14.md") as tmp:
         tmp.write_text(table14(stats))
     with atomic_file(folder / "grid.json") as tmp:

@@ -56,6 +56,14 @@ class CellStats:
     mcnemar_p: tuple[float, ...] | None
     significant: int | None
 
+    @classmethod
+    def from_row(cls, row: Mapping) -> CellStats:
+        """The inverse of `row` (a ``cells.json`` / ``cells.parquet`` row)."""
+        p = row["mcnemar_p"]
+        return cls(row["N"], row["arm"], row["K"], row["seed"], row["n"], row["accuracy"], row["drop"],
+                   row["random_mean"], row["random_sd"], row["minus_random"], None if p is None else tuple(p),
+                   row["significant_vs_seeds"])
+
     def row(self) -> dict:
         """The parquet row (``mcnemar_p`` as a list, one p per random seed, in seed order)."""
         return {"N": self.n_size, "arm": self.arm, "K": self.k, "seed": self.seed, "n": self.n,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.activation_store import file_sha256
+from harness.ablation.run import ABLATION_FOLDER
 from harness.constants import ARTIFACTS_FOLDER
 from harness.leaderboard.entries import RESULTS_FOLDER, entry_key
 from harness.metrics.probes import SETTINGS_FILE as PROBE_SETTINGS
@@ -108,6 +109,33 @@ def _stage_inputs(run_folder: Path, unit: str, record: Mapping[str, Any], copies
     return found
 
 
+def _ablation(run_folder: Path, record: Mapping[str, Any], copies: list) -> dict | None:
+    """The run's ablation grid (``icir ablate``), queued for copying as ``ablation/``, or None.
+
+    Raises:
+        UserInputError: a grid of other weights, or one whose rankings are not this run's units.
+    """
+    folder = run_folder / ABLATION_FOLDER
+    if not (folder / "cells.json").is_file():
+        return None
+    protocol = read_json(folder / PROTOCOL_FILE)
+    identity = protocol.get("model", {}).get("identity") or {}
+    if any(identity.get(key) != record["model"].get(key) for key in ("weights_sha256", "commit")):
+        raise UserInputError(f"{folder} is a grid of other weights than the run's; rerun icir ablate")
+    rankings = Path(protocol["ablation"]["rankings"]).resolve()
+    artifacts = (run_folder / ARTIFACTS_FOLDER).resolve()
+    if not rankings.is_relative_to(artifacts) or len(rankings.relative_to(artifacts).parts) != 1:
+        raise UserInputError(f"{folder}'s rankings {rankings} are not a unit of this run; the validator "
+                             "recomputes the arms from them")
+    outcomes = sorted((folder / "outcomes").glob("*.jsonl"))
+    names = ["grid.json", "cells.json", PROTOCOL_FILE]
+    copies += [(folder / name, f"{ABLATION_FOLDER}/{name}") for name in names]
+    copies += [(path, f"{ABLATION_FOLDER}/outcomes/{path.name}") for path in outcomes]
+    return {"unit": rankings.name, "cells": f"{ABLATION_FOLDER}/cells.json", "grid": f"{ABLATION_FOLDER}/grid.json",
+            "protocol": f"{ABLATION_FOLDER}/{PROTOCOL_FILE}",
+            "outcomes": [f"{ABLATION_FOLDER}/outcomes/{path.name}" for path in outcomes]}
+
+
 def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool = False,
            submitter: str | None = None, link: str | None = None, probes: bool = False,
            leaderboard: bool = False) -> Path:
@@ -168,6 +196,9 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
     for name, folder in units.items():
         copies += [(path, f"artifacts/{name}/{path.relative_to(folder).as_posix()}")
                    for path in _unit_files(folder, probes)]
+    ablation = _ablation(run_folder, first, copies)
+    if ablation:
+        manifest["ablation"] = ablation
     if submitter:
         manifest["submitter"] = submitter
     if link:

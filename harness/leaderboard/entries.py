@@ -76,7 +76,10 @@ class Entry:
             head on ICIR-MCQ (``LxxHyy`` is row xx, column yy).
         vote_curves: ``{unit: {"pointer": {K: R@1}, "writer": {K: R@1} | None}}`` per VHs task.
         chance: ``{"pointer": chance R@1 of ICIR-MCQ, "writer": 1 / pool size or None}``.
-        dose_response: the ablation grid's dose-response when submitted, else None.
+        dose_response: the ablation grid's ``cells.json`` rows (`harness.ablation.stats.CellStats.row`)
+            when submitted, else None; the row's ``ablation_drop`` is the mean over the overlap
+            arm's cells of the random-control mean accuracy minus the arm's (positive: the overlap
+            heads matter more than random ones, §6.2).
     """
 
     key: str
@@ -84,7 +87,7 @@ class Entry:
     grids: dict[str, Any]
     vote_curves: dict[str, dict[str, Any]]
     chance: dict[str, float | None]
-    dose_response: dict[str, Any] | None
+    dose_response: list[dict[str, Any]] | None
 
 
 def name_of(model: dict[str, Any]) -> str:
@@ -198,7 +201,12 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
         writer = summary.get("writer_vote_r1")
         curves[task] = {"pointer": curve, "writer": None if writer is None else {int(kk): v for kk, v in writer.items()}}
     row["vhs_sizes"], row["vhs_vote_r1"] = sizes, votes
-    return Entry(entry_key(manifest), row, grids, curves, chance, None)
+    dose = None
+    if "ablation" in manifest:
+        dose = _json(folder / manifest["ablation"]["cells"])
+        drops = [-r["minus_random"] for r in dose if r["arm"] == "overlap" and r["minus_random"] is not None]
+        row["ablation_drop"] = sum(drops) / len(drops) if drops else None
+    return Entry(entry_key(manifest), row, grids, curves, chance, dose)
 
 
 def _badge(folder: Path, verification: Path | None) -> str:

@@ -374,3 +374,79 @@ class Recomputation:
                                   ("summary.json", (summary.get("writer_vote_r1") or {}).get(str(k))),
                                   ("vote_r1.json", (vote_file.get("writer") or {}).get(str(k)))):
                 self.report.compare(f"{unit} writer_vote_r1@{k} ({source})", value, curve[k])
+
+    def ablation(self) -> None:
+        """The ablation grid (``icir ablate``): its cells from the unit's rankings, its statistics
+        (accuracy, drops, random means, McNemar p) from the per-document outcomes."""
+        from types import SimpleNamespace
+
+        from harness.ablation.arms import build_grid
+        from harness.ablation.results import grid_stats, outcome_rows
+        from harness.metrics.rankings import ranking_names
+
+        spec = self.manifest.get("ablation")
+        if not spec:
+            return
+        documents = {name: self.json(spec[name]) for name in ("grid", "cells", "protocol")}
+        if any(value is None for value in documents.values()):
+            return
+        try:
+            settings = documents["protocol"]["ablation"]
+            orders = []
+            for name in ("pointer_ranking.json", "writer_ranking.json"):
+                relative = f"artifacts/{spec['unit']}/{name}"
+                document = self.json(relative) if relative in self.listed or name.startswith("pointer") else None
+                flat = None if document is None else _ranking(document, relative, self.n_layers, self.n_heads,
+                                                              self.report)
+                orders.append(None if flat is None else ranking_names(flat, self.n_heads))
+            if orders[0] is None:
+                return
+            grid = build_grid(orders[0], orders[1], self.n_layers, self.n_heads, settings["ks"], settings["seeds"],
+                              settings["top"])
+        except (KeyError, TypeError, UserInputError) as err:
+            self.report.fail(f"{spec['protocol']}: not an ablation protocol record ({err})")
+            return
+        expected = [{"name": c.name, "arm": c.arm, "k": c.k, "seed": c.seed, "heads": list(c.heads)}
+                    for c in grid.cells]
+        if documents["grid"].get("cells") != expected:
+            self.report.fail(f"{spec['grid']}: its cells are not the set partition and random controls of "
+                             f"{spec['unit']}'s rankings")
+            return
+        logs = {}
+        for relative in spec["outcomes"]:
+            lines = self._jsonl(relative)
+            if lines is None:
+                return
+            names = [line.get("cells", {}).keys() for line in lines]
+            if any(set(cells) != {c.name for c in grid.cells} for cells in names):
+                self.report.fail(f"{relative}: a document without every cell of the grid")
+                return
+            logs[Path(relative).stem] = SimpleNamespace(done={int(line["doc_id"]): line for line in lines})
+        stats = [s.row() for s in grid_stats(grid, outcome_rows(grid, logs))]
+        reported = documents["cells"]
+        if not isinstance(reported, list) or len(reported) != len(stats):
+            self.report.fail(f"{spec['cells']}: {len(reported) if isinstance(reported, list) else 'no'} rows, "
+                             f"the outcomes give {len(stats)}")
+            return
+        for row, theirs in zip(stats, reported):
+            where = f"{spec['cells']} N={row['N']} {row['arm']} K={row['K']} seed={row['seed']}"
+            for key, value in row.items():
+                other = theirs.get(key) if isinstance(theirs, dict) else None
+                if isinstance(value, list):
+                    same = isinstance(other, list) and len(other) == len(value) and all(
+                        close_enough(a, b) for a, b in zip(value, other))
+                else:
+                    same = value == other if isinstance(value, str) else close_enough(value, other)
+                if not same:
+                    self.report.fail(f"{where}: {key} reported {other}, recomputed from the per-document "
+                                     f"outcomes {value}")
+
+    def _jsonl(self, relative: str) -> list[dict] | None:
+        if relative not in self.listed:
+            self.report.fail(f"{relative}: missing")
+            return None
+        try:
+            return [json.loads(line) for line in (self.root / relative).read_text().splitlines() if line.strip()]
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            self.report.fail(f"{relative}: not JSON lines ({err})")
+            return None

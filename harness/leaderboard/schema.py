@@ -93,6 +93,14 @@ SCHEMA: dict[str, Any] = {
                 "properties": {key: _COPIED_FILE for key in ("heads_ranking", "writer_probes")},
             },
         },
+        "ablation": {
+            "type": "object",
+            "required": ["unit", "cells", "grid", "protocol", "outcomes"],
+            "additionalProperties": False,
+            "properties": {"unit": {"type": "string"}, "cells": {"type": "string"}, "grid": {"type": "string"},
+                           "protocol": {"type": "string"},
+                           "outcomes": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+        },
         "submitter": {"type": "string"},
         "link": {"type": "string", "pattern": "^https?://"},
         "files": {

@@ -415,8 +415,15 @@ def _write_model_page(models: Path, page: str, entry: Entry) -> None:
         listing += (f'<dt>Link</dt><dd><a href="{html.escape(row["link"])}" rel="nofollow noopener noreferrer">'
                     f"{html.escape(row['link'])}</a></dd>")
     deviations = "".join(f"<li>{html.escape(str(line))}</li>" for line in row["deviations"])
-    dose = ("<p>No ablation submitted.</p>" if entry.dose_response is None else
-            f"<pre>{html.escape(json.dumps(entry.dose_response, indent=2, sort_keys=True))}</pre>")
+    dose = "<p>No ablation submitted.</p>"
+    if entry.dose_response is not None:
+        from harness.ablation.results import plot_dose_response
+        from harness.ablation.stats import CellStats
+
+        path = models / page / "dose_response.png"
+        plot_dose_response([CellStats.from_row(r) for r in entry.dose_response], path)
+        dose = _figure(f"{page}/{path.name}", "accuracy of each arm and of the random controls (mean, +-1 sd) "
+                                               "against the number of heads ablated")
     text = (
         "<!DOCTYPE html>\n<html lang=\"en\">\n" + _head(f"{row['model']} ({row['revision']}): ICIR heads", script=False)
         + "<body>\n<p><a href=\"../index.html\">\u2190 leaderboard</a></p>\n"

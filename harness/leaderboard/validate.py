@@ -147,6 +147,7 @@ def _validate_folder(root: Path, config: Mapping[str, Any] | None) -> Report:
     recomputation = Recomputation(root, manifest, listed, report)
     for unit, tasks in manifest["units"].items():
         recomputation.unit(unit, tasks)
+    recomputation.ablation()
     return report
 
 
@@ -204,6 +205,8 @@ def _check_files(root: Path, manifest: Mapping[str, Any], files: list[str], repo
         report.fail(f"{extra}: not listed in the manifest (no file beyond the manifest)")
     needed = list(manifest["results"].values()) + [entry["file"] for found in manifest["inputs"].values()
                                                    for entry in found.values()]
+    ablation = manifest.get("ablation") or {}
+    needed += [ablation[key] for key in ("cells", "grid", "protocol") if key in ablation] + ablation.get("outcomes", [])
     for relative in needed:
         if relative not in listed:
             report.fail(f"{relative}: named by the manifest but not among its files")

@@ -127,3 +127,45 @@ def response_text(tokenizer, generated: list[int], settings: GreedySettings) -> 
             text = text.split(term)[0]
     return text
 
+
+
+@torch.no_grad()
+def greedy_rows(model, tokenizer, input_ids: torch.Tensor, cache, last_logits: torch.Tensor,
+                settings: GreedySettings, next_positions: torch.Tensor | None = None) -> list[list[int]]:
+    """`continue_greedy` for B rows that share one prompt and differ in their filled cache.
+
+    All unfinished rows step together; each stops as `continue_greedy` stops (an end-of-turn
+    token, a stop string or answer word, ``max_new_tokens``), so a row's tokens are those
+    `continue_greedy` decodes for it alone (``tests/test_ablation_cells.py``). The ablation grid's
+    cells of one document decode this way (`harness.ablation.cells`).
+
+    Args:
+        input_ids: [1, T] long, the prompt's input ids.
+        cache: a transformers ``Cache`` holding the T prompt positions of each of the B rows.
+        last_logits: [B, V] logits at position T-1 of each row.
+        next_positions: position ids of the first generated token, for models whose positions
+            are not the cache length (multimodal RoPE: ``[3, B, 1]``); each step adds one. None:
+            the model derives them from the cache.
+
+    Returns:
+        Per row the generated ids, first token included.
+    """
+    rows, length = last_logits.shape[0], input_ids.shape[1]
+    eos = _eos_ids(model, tokenizer)
+    criteria = [_criteria(tokenizer, settings, length) for _ in range(rows)]
+    ids = torch.cat([input_ids.expand(rows, -1), last_logits.argmax(dim=-1, keepdim=True).to(input_ids.device)], 1)
+    done = [int(ids[r, -1]) in eos or bool(criteria[r](ids[r:r + 1], None).any()) for r in range(rows)]
+    ends = [length + 1] * rows
+    for step in range(settings.max_new_tokens - 1):
+        if all(done):
+            break
+        attention = torch.ones(rows, ids.shape[1], dtype=torch.long, device=ids.device)
+        positions = None if next_positions is None else next_positions + step
+        out = model(input_ids=ids[:, -1:], attention_mask=attention, position_ids=positions, cache=cache,
+                    use_cache=True)
+        ids = torch.cat([ids, out.logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+        for r in range(rows):
+            if not done[r]:
+                ends[r] = ids.shape[1]
+                done[r] = int(ids[r, -1]) in eos or bool(criteria[r](ids[r:r + 1], None).any())
+    return [ids[r, length:ends[r]].tolist() for r in range(rows)]
