@@ -8,15 +8,18 @@ to 1e-5 (float32) and the greedy answers are identical.
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import transformers
 
 from harness.ablation.cells import can_share_prefix, full_forward_cells, prefix_shared_cells
 from harness.capture.ablation import ablate_heads
-from harness.capture.adapters import image_token_id, resolve_adapter
+from harness.capture.adapters import image_token_id, language_model, resolve_adapter
 from harness.capture.inputs import CaptureRequest, encode_requests
 from harness.ablation.cells import _suffix_positions
+from harness.ablation.shared_prefix import shared_prefix, shared_prefix_supported
 from harness.lm_eval_plugin.generation import GreedySettings
 from harness.tiny_models import ARCHS, build_tiny, random_images
 
@@ -58,23 +61,44 @@ def test_prefix_shared_equals_full_forward(setup):
         _full_logits(model, inputs, CELLS[0], start), _full_logits(model, inputs, CELLS[1], start))
 
 
-def test_suffix_logits_match_to_1e5(setup):
-    model, _, inputs, layout = setup
-    start = layout.cattok
-    cache = transformers.DynamicCache(config=model.config)
+def _suffix_logits(model, inputs, start, rows, share):
+    """Last-position logits of each row's suffix after a one-row prefix cache (either route)."""
     length = inputs["input_ids"].shape[1]
+    cache = transformers.DynamicCache(config=model.config)
     prefix = {k: v[:, :start] if torch.is_tensor(v) and v.dim() == 2 and v.shape[1] == length else v
               for k, v in inputs.items()}
     model(**prefix, cache=cache, use_cache=True)
-    rows = [list(h) for h in CELLS]
-    cache.batch_repeat_interleave(len(rows))
-    suffix = inputs["input_ids"][:, start:].expand(len(rows), -1)
     positions = _suffix_positions(model, inputs, start, length, len(rows))
-    with ablate_heads(model, rows, (0, None), per_row=True):
-        logits = model(input_ids=suffix, attention_mask=torch.ones(len(rows), length, dtype=torch.long),
-                       position_ids=positions, cache=cache, use_cache=True).logits[:, -1]
+    if share:
+        own, routing = transformers.DynamicCache(config=model.config), shared_prefix(
+            language_model(model, resolve_adapter(model)), cache)
+        positions = torch.arange(start, length)[None].expand(len(rows), -1) if positions is None else positions
+    else:
+        cache.batch_repeat_interleave(len(rows))
+        own, routing = cache, contextlib.nullcontext()
+    suffix = inputs["input_ids"][:, start:].expand(len(rows), -1)
+    with routing, ablate_heads(model, rows, (0, None), per_row=True):
+        mask = torch.ones(len(rows), length - (start if share else 0), dtype=torch.long)
+        return model(input_ids=suffix, attention_mask=mask, position_ids=positions, cache=own,
+                     use_cache=True).logits[:, -1]
+
+
+@pytest.mark.parametrize("share", [True, False], ids=["shared_prefix_kernel", "repeated_cache"])
+def test_suffix_logits_match_to_1e5(setup, share):
+    model, _, inputs, layout = setup
+    if share and shared_prefix_supported(language_model(model, resolve_adapter(model))) is not None:
+        pytest.skip("sliding-window attention: cells repeat the prefix cache instead")
+    start = layout.cattok
+    rows = [list(h) for h in CELLS]
+    logits = _suffix_logits(model, inputs, start, rows, share)
     for row, heads in enumerate(CELLS):
         torch.testing.assert_close(logits[row], _full_logits(model, inputs, heads, start), atol=1e-5, rtol=0)
+
+
+def test_which_architectures_share_the_prefix_kernel():
+    routed = {arch: shared_prefix_supported(language_model(m, resolve_adapter(m)))
+              for arch in ARCHS for m in [build_tiny(arch, seed=1)[0]]}
+    assert routed == {**dict.fromkeys(ARCHS), "gemma3": "sliding-window attention"}
 
 
 def test_images_after_the_ablation_start_need_full_forwards(setup):

@@ -2,8 +2,9 @@
 
 Ablation zeroes heads only from the first anchor token on (§6.1), and attention is causal, so the
 KV cache of the tokens before it is the same in every cell. `prefix_shared_cells` runs that
-prefix once, repeats its cache for a batch of cells, runs only the suffix (anchor phrase to the
-last prefill position) under each row's heads (`ablate_heads(..., per_row=True)`), and decodes
+prefix once; a batch of cells then runs only the suffix (anchor phrase to the last prefill
+position) under each row's heads (`ablate_heads(..., per_row=True)`), attending to the one prefix
+cache through `shared_prefix` (or, for sliding-window models, to a copy per row), and decodes
 the rows together (`generation.greedy_rows`), the heads still zeroed per row with
 `through_generation`. `full_forward_cells` is the reference: one full
 forward per cell with the heads zeroed from the ablation start. Both return the same tokens to
@@ -17,18 +18,26 @@ full forwards.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Sequence
 
 import torch
 import transformers
 
+from harness.ablation.shared_prefix import shared_prefix, shared_prefix_supported
 from harness.capture.ablation import ablate_heads
+from harness.capture.adapters import language_model, resolve_adapter
 from harness.capture.inputs import SampleLayout
 from harness.lm_eval_plugin.generation import GreedySettings, continue_greedy, greedy_rows
 
 ROPE_INPUTS = ("mm_token_type_ids", "image_grid_thw", "video_grid_thw", "second_per_grid_ts", "attention_mask")
 
+
+# Cells per suffix forward: rows that read the one prefix cache are cheap, but their score blocks
+# outgrow the CPU cache beyond about a dozen (bench/ablation_grid.py); rows that each hold a copy
+# of the prefix cache cost its memory.
+SHARED_BATCH, REPEATED_BATCH = 12, 8
 
 
 def _tokens(inputs, end: int) -> dict:
@@ -85,7 +94,7 @@ def _device(model) -> torch.device:
 @torch.no_grad()
 def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: int,
                         cells: Sequence[Sequence[str]], settings: GreedySettings, through_generation: bool = False,
-                        batch: int = 8) -> list[list[int]]:
+                        batch: int | None = None) -> list[list[int]]:
     """Generated token ids of every cell of one document, the prefix before `start` run once.
 
     Args:
@@ -95,7 +104,9 @@ def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: i
         cells: per cell the ``LxxHyy`` heads to zero (empty: the unablated baseline).
         settings: the task's greedy decoding settings.
         through_generation: keep zeroing the heads at every generated token (App. I.1).
-        batch: cells run together in one suffix forward.
+        batch: cells run together in one suffix forward; default `SHARED_BATCH` when the rows
+            attend to the one prefix cache (their own caches hold only the suffix), else
+            `REPEATED_BATCH` (each row then holds a copy of the prefix cache).
 
     Returns:
         Per cell the generated ids, first token included.
@@ -107,18 +118,29 @@ def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: i
     model(**_tokens(inputs, start), cache=cache, use_cache=True)
     inputs = _tokens(inputs, end)
     input_ids = inputs["input_ids"]
+    decoder = language_model(model, resolve_adapter(model))
+    share = shared_prefix_supported(decoder) is None
+    batch = batch or (SHARED_BATCH if share else REPEATED_BATCH)
     generated: list[list[int]] = []
     for begin in range(0, len(cells), batch):
         rows = [list(heads) for heads in cells[begin:begin + batch]]
-        shared = _fork(cache, len(rows))
         suffix = input_ids[:, start:].expand(len(rows), -1)
-        attention = torch.ones(len(rows), end, dtype=torch.long, device=device)
         positions = _suffix_positions(model, inputs, start, end, len(rows))
-        with ablate_heads(model, rows, (0, None), through_generation, per_row=True):
-            out = model(input_ids=suffix, attention_mask=attention, position_ids=positions, cache=shared,
+        if share:  # the rows' cache holds only their own tokens: the kernel reads the prefix itself
+            own = transformers.DynamicCache(config=model.config)
+            if positions is None:
+                positions = torch.arange(start, end, device=device)[None].expand(len(rows), -1)
+            routing = shared_prefix(decoder, cache)
+        else:
+            own = _fork(cache, len(rows))
+            routing = contextlib.nullcontext()
+        attention = torch.ones(len(rows), end - (start if share else 0), dtype=torch.long, device=device)
+        with routing, ablate_heads(model, rows, (0, None), through_generation, per_row=True):
+            out = model(input_ids=suffix, attention_mask=attention, position_ids=positions, cache=own,
                         use_cache=True)
             following = None if positions is None else positions[..., -1:] + 1
-            generated += greedy_rows(model, tokenizer, input_ids, shared, out.logits[:, -1], settings, following)
+            generated += greedy_rows(model, tokenizer, input_ids, own, out.logits[:, -1], settings, following,
+                                     start if share else 0)
     return generated
 
 

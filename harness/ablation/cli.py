@@ -50,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="keep zeroing the heads at every generated token (App. I.1)")
     parser.add_argument("--full-forwards", action="store_true",
                         help="one full forward per cell instead of sharing each document's prefix")
-    parser.add_argument("--cell-batch", type=int, default=8, help="cells per suffix forward (default 8)")
+    parser.add_argument("--cell-batch", type=int, default=None,
+                        help="cells per suffix forward (default 12, or 8 where each cell needs its own copy "
+                             "of the prefix cache)")
     parser.set_defaults(func=run_ablate)
 
 

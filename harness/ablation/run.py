@@ -44,7 +44,7 @@ class AblationSpec:
         limit: documents per task (None: all).
         through_generation: zero the heads at every generated token too (App. I.1).
         share_prefix: prefill each document's prefix once (False: one full forward per cell).
-        cell_batch: cells per suffix forward.
+        cell_batch: cells per suffix forward (None: `cells.prefix_shared_cells`' default).
     """
 
     tasks: list[str]
@@ -58,7 +58,7 @@ class AblationSpec:
     limit: int | None = None
     through_generation: bool = False
     share_prefix: bool = True
-    cell_batch: int = 8
+    cell_batch: int | None = None
 
     @property
     def folder(self) -> Path:

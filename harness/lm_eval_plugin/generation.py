@@ -131,7 +131,8 @@ def response_text(tokenizer, generated: list[int], settings: GreedySettings) -> 
 
 @torch.no_grad()
 def greedy_rows(model, tokenizer, input_ids: torch.Tensor, cache, last_logits: torch.Tensor,
-                settings: GreedySettings, next_positions: torch.Tensor | None = None) -> list[list[int]]:
+                settings: GreedySettings, next_positions: torch.Tensor | None = None,
+                uncached: int = 0) -> list[list[int]]:
     """`continue_greedy` for B rows that share one prompt and differ in their filled cache.
 
     All unfinished rows step together; each stops as `continue_greedy` stops (an end-of-turn
@@ -146,6 +147,8 @@ def greedy_rows(model, tokenizer, input_ids: torch.Tensor, cache, last_logits: t
         next_positions: position ids of the first generated token, for models whose positions
             are not the cache length (multimodal RoPE: ``[3, B, 1]``); each step adds one. None:
             the model derives them from the cache.
+        uncached: leading prompt positions `cache` does not hold (a prefix the attention kernel
+            reads elsewhere, `harness.ablation.shared_prefix`); the attention mask covers the rest.
 
     Returns:
         Per row the generated ids, first token included.
@@ -159,7 +162,7 @@ def greedy_rows(model, tokenizer, input_ids: torch.Tensor, cache, last_logits: t
     for step in range(settings.max_new_tokens - 1):
         if all(done):
             break
-        attention = torch.ones(rows, ids.shape[1], dtype=torch.long, device=ids.device)
+        attention = torch.ones(rows, ids.shape[1] - uncached, dtype=torch.long, device=ids.device)
         positions = None if next_positions is None else next_positions + step
         out = model(input_ids=ids[:, -1:], attention_mask=attention, position_ids=positions, cache=cache,
                     use_cache=True)
