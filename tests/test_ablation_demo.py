@@ -146,3 +146,53 @@ def test_submission_carries_the_grid_and_the_validator_recomputes_it(demo, tmp_p
     outcomes.write_text("".join(json.dumps(line) + "\n" for line in lines))
     rehash(sub)
     assert any("overlap K=1" in line and "accuracy reported" in line for line in validate(sub).failures)
+
+
+def test_through_generation_and_table12(demo, tmp_path, capsys):
+    args = ("--limit", "6", "--ks", "1,2", "--random-seeds", "0")
+    assert _ablate(demo, tmp_path / "prefill", *args) == 0
+    assert _ablate(demo, tmp_path / "through", *args, "--through-generation", "--compare",
+                   str(tmp_path / "prefill" / "icir-demo-model")) == 0
+    assert "Table 12" in capsys.readouterr().out
+    read = lambda p: {(r["cell"], r["doc_id"]): r for r in pq.read_table(  # noqa: E731
+        p / "icir-demo-model" / "ablation" / "outcomes.parquet").to_pylist()}
+    before, after = read(tmp_path / "prefill"), read(tmp_path / "through")
+    assert all(before[("baseline", d)] == after[("baseline", d)] for d in range(6))  # nothing zeroed: no change
+    table = (tmp_path / "through" / "icir-demo-model" / "ablation" / "table12.md").read_text()
+    for cell in ("overlap@1", "pointer_only@2"):
+        acc_before = sum(before[(cell, d)]["correct"] for d in range(6)) / 6
+        acc_after = sum(after[(cell, d)]["correct"] for d in range(6)) / 6
+        changed = sum(before[(cell, d)]["answer"] != after[(cell, d)]["answer"] for d in range(6)) / 6
+        assert f"| 5 | {cell} | {acc_before:.3f} | {acc_after:.3f} | {acc_after - acc_before:+.3f} | {changed:.3f} |" in table
+    assert _ablate(demo, tmp_path / "other", "--compare", str(tmp_path / "prefill" / "icir-demo-model")) == 2
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_tables(demo, tmp_path):
+    """``accelerate launch`` with two CPU processes: documents sharded, outcomes merged, same tables."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    assert _ablate(demo, tmp_path / "one", "--limit", "7") == 0
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    rankings = demo / "eval" / "icir-demo-model" / "icir_artifacts" / "icir_mcq"
+    launched = subprocess.run([
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+        str(port), "-m", "harness.ablation.cli", "--rankings", str(rankings), "--tasks", TASK, "--metadata",
+        json.dumps({"vhs_data": str(demo / "vhs")}), "--device", "cpu", "--output_path", str(tmp_path / "two"),
+        "--limit", "7", *GRID,
+    ], env={**os.environ, "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True, timeout=600, check=False)
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    folder = tmp_path / "two" / "icir-demo-model" / "ablation"
+    shards = {path.name: [json.loads(line)["doc_id"] for line in path.read_text().splitlines()]
+              for path in sorted((folder / "outcomes").glob("*.jsonl"))}
+    assert shards == {f"{TASK}.rank0.jsonl": [0, 2, 4, 6], f"{TASK}.rank1.jsonl": [1, 3, 5]}
+    one = tmp_path / "one" / "icir-demo-model" / "ablation"
+    assert (folder / "table14.md").read_text() == (one / "table14.md").read_text()
+    assert pq.read_table(folder / "cells.parquet").to_pylist() == pq.read_table(one / "cells.parquet").to_pylist()

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from harness.ablation.arms import DEFAULT_KS, DEFAULT_SEEDS, DEFAULT_TOP
+from harness.ablation.run import ABLATION_FOLDER
 from icir_common import UserInputError
 
 ABLATION_PROTOCOL = {"intervention": "zero each ablated head's slice of the o_proj input from the first anchor "
@@ -48,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, default=None, help="documents per task (default: all)")
     parser.add_argument("--through-generation", action="store_true",
                         help="keep zeroing the heads at every generated token (App. I.1)")
+    parser.add_argument("--compare", type=Path, metavar="PREFILL_RUN",
+                        help="with --through-generation: the prefill-only run folder (OUTPUT/<model>) of the same "
+                             "grid; writes Table 12 (App. I.1)")
     parser.add_argument("--full-forwards", action="store_true",
                         help="one full forward per cell instead of sharing each document's prefix")
     parser.add_argument("--cell-batch", type=int, default=None,
@@ -71,6 +76,12 @@ def run_ablate(args: argparse.Namespace) -> int:
     model_args = parse_model_args(args.model_args)
     if args.device:
         model_args["device"] = args.device
+    if args.compare is not None and not args.through_generation:
+        raise UserInputError("--compare compares a --through-generation run with a prefill-only one; "
+                             "add --through-generation")
+    if args.compare is not None and not (args.compare / ABLATION_FOLDER / "outcomes").is_dir():
+        raise UserInputError(f"{args.compare} holds no {ABLATION_FOLDER}/outcomes/; pass the run folder "
+                             "OUTPUT/<model> of the prefill-only icir ablate")
     if args.limit is not None and args.limit < 1:
         raise UserInputError(f"--limit must be at least 1, got {args.limit}")
     from harness.demo_model import default_model_path
@@ -83,6 +94,10 @@ def run_ablate(args: argparse.Namespace) -> int:
         through_generation=args.through_generation, share_prefix=not args.full_forwards, cell_batch=args.cell_batch,
     )
     grid, logs, settings = run_grid(spec)
+    from harness.ablation.run import rank_and_world
+
+    if rank_and_world()[0] != 0:  # the first process writes the results of all
+        return 0
     deviations = [f"--{name} {value}" for name, value, default in (
         ("ks", list(spec.ks), list(DEFAULT_KS)), ("random-seeds", list(spec.seeds), list(DEFAULT_SEEDS)),
         ("top", spec.top, DEFAULT_TOP), ("limit", spec.limit, None)) if value != default]
@@ -105,6 +120,24 @@ def run_ablate(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print("\nTable 14 (accuracy minus the random-control mean):\n")
     print(table14(stats))
+    if args.compare is not None:
+        from harness.ablation.results import table12
+        from harness.ablation.run import OutcomeLog
+        from icir_common import atomic_file
+
+        prefill = {task: OutcomeLog(args.compare / ABLATION_FOLDER / "outcomes" / f"{task}.jsonl", read_only=True)
+                   for task in logs}
+        text = table12(grid, logs, prefill)
+        with atomic_file(spec.folder / "table12.md") as tmp:
+            tmp.write_text(text)
+        print("Table 12 (zeroing through generation against the prefill only):\n")
+        print(text)
     print(f"dose-response: {spec.folder / 'dose_response.png'}")
     print(f"cells and per-sample outcomes: {spec.folder / 'cells.parquet'}, {spec.folder / 'outcomes.parquet'}")
     return 0
+
+
+if __name__ == "__main__":  # ``accelerate launch -m harness.ablation.cli ARGS``: one process per rank
+    from harness.cli import main
+
+    sys.exit(main(["ablate", *sys.argv[1:]]))

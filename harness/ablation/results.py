@@ -137,3 +137,34 @@ def write_results(folder: Path, grid: Grid, logs: Mapping[str, object], protocol
     plot_dose_response(stats, folder / "dose_response.png")
     write_json(folder / "protocol.json", dict(protocol), sort_keys=True)
     return stats
+
+
+def table12(grid: Grid, through: Mapping[str, object], prefill: Mapping[str, object]) -> str:
+    """Table 12 (App. I.1) as markdown: per N and arm cell, the accuracy change from zeroing the heads
+    through generation instead of the prefill only, and the fraction of parsed answers that change.
+
+    `through` and `prefill` are the outcome logs (``{task: OutcomeLog}``) of two runs of the same grid.
+
+    Raises:
+        UserInputError: the runs cover other tasks or documents.
+    """
+    from icir_common import UserInputError
+
+    if sorted(through) != sorted(prefill) or any(set(through[t].done) != set(prefill[t].done) for t in through):
+        raise UserInputError("--compare: the prefill-only run covers other tasks or documents; run it with the "
+                             "same --tasks and --limit")
+    lines = ["| N | Cell | Accuracy (prefill only) | Accuracy (through generation) | Change | Answers changed |",
+             "|---|---|---|---|---|---|"]
+    for task in sorted(through, key=lambda t: int(t.rsplit("_n", 1)[1])):
+        docs = sorted(through[task].done)
+        n = through[task].done[docs[0]]["N"]
+        for cell in grid.cells:
+            if cell.arm == RANDOM:
+                continue
+            ours = [through[task].done[d]["cells"][cell.name] for d in docs]
+            theirs = [prefill[task].done[d]["cells"][cell.name] for d in docs]
+            before = float(np.mean([o["correct"] for o in theirs]))
+            after = float(np.mean([o["correct"] for o in ours]))
+            changed = float(np.mean([a["answer"] != b["answer"] for a, b in zip(ours, theirs)]))
+            lines.append(f"| {n} | {cell.name} | {before:.3f} | {after:.3f} | {after - before:+.3f} | {changed:.3f} |")
+    return "\n".join(lines) + "\n"

@@ -7,7 +7,9 @@ document's ablation start is its ``ablation_start_char`` (the first character of
 phrase, §6.1); its answer is parsed as the VHs task parses it (`vhs_adapter.scoring`).
 
 Outcomes are appended per document to ``OUT/ablation/outcomes/<task>.jsonl`` (all cells of a
-document in one line), so a killed run resumes after its last complete document. A run folder
+document in one line), so a killed run resumes after its last complete document. Under
+``accelerate launch`` every process takes every ``world_size``-th document (lm-eval's sharding)
+and appends to ``<task>.rank<r>.jsonl``; the results are computed once all are written. A run folder
 holds one grid: ``settings.json`` records the model's capture settings, the grid's cells, the
 tasks and the decoding settings, and a rerun with other settings is refused. Each line records
 its document's fingerprint, so a changed dataset is refused too.
@@ -15,8 +17,11 @@ its document's fingerprint, so a changed dataset is refused too.
 
 from __future__ import annotations
 
+import atexit
 import json
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,19 +126,25 @@ def task_requests(tasks: Sequence[str], metadata: Mapping[str, Any], limit: int 
 
 
 class OutcomeLog:
-    """``outcomes/<task>.jsonl``: one line per finished document, all its cells (module docstring)."""
+    """``outcomes/<task>.jsonl``: one line per finished document, all its cells (module docstring).
 
-    def __init__(self, path: Path) -> None:
+    Args:
+        path: the log file.
+        read_only: read another run's log (`--compare`): nothing is written or created.
+    """
+
+    def __init__(self, path: Path, read_only: bool = False) -> None:
         self.path = path
         self.done: dict[int, dict] = {}
-        if path.is_file():
-            raw = path.read_bytes()
-            complete = raw[: raw.rfind(b"\n") + 1]  # a line cut by a kill is dropped and redone
-            if len(complete) != len(raw):
-                path.write_bytes(complete)
-            for line in complete.decode().splitlines():
-                row = json.loads(line)
-                self.done[int(row["doc_id"])] = row
+        raw = path.read_bytes() if path.is_file() else b""
+        complete = raw[: raw.rfind(b"\n") + 1]  # a line cut by a kill is dropped and redone
+        for line in complete.decode().splitlines():
+            row = json.loads(line)
+            self.done[int(row["doc_id"])] = row
+        if read_only:
+            return
+        if len(complete) != len(raw):
+            path.write_bytes(complete)
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def add(self, row: dict) -> None:
@@ -195,8 +206,13 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
     n_layers, n_heads = model_shape(pretrained)
     pointer, writer = load_rankings(spec.rankings, n_layers, n_heads)
     grid = build_grid(pointer, writer, n_layers, n_heads, spec.ks, spec.seeds, spec.top)
-    requests = task_requests(spec.tasks, spec.metadata, spec.limit)
-    lm = HFMultimodalHeadsLM(**{**spec.model_args, "pretrained": pretrained})
+    rank, world = rank_and_world()
+    requests = task_requests(spec.tasks, spec.metadata, spec.limit, rank, world)
+    # The model class keeps an activation store; the grid stores nothing in it, so each process
+    # gets its own throwaway one (icir eval's data-parallel processes must share theirs).
+    scratch = tempfile.mkdtemp(prefix="icir-ablate-")
+    atexit.register(shutil.rmtree, scratch, True)
+    lm = HFMultimodalHeadsLM(**{**spec.model_args, "pretrained": pretrained, "store": scratch})
     eos = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
     settings = {
         "capture": {k: v for k, v in lm.capture_settings().items() if k not in ("readout",)},
@@ -206,7 +222,7 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
     }
     spec.folder.mkdir(parents=True, exist_ok=True)
     _check_settings(spec.folder, settings)
-    logs = {task: OutcomeLog(spec.folder / "outcomes" / f"{task}.jsonl") for task in spec.tasks}
+    logs = {task: _open_log(spec.folder, task, rank, world) for task in spec.tasks}
     heads = [cell.heads for cell in grid.cells]
     todo = sum(1 for task in spec.tasks for i in requests[task] if i.doc_id not in logs[task].done)
     bar = tqdm(total=todo * len(grid.cells), desc="ablation cells", unit="cell")
@@ -237,7 +253,35 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
             bar.update(len(grid.cells))
     bar.close()
     grid.notes += [f"full forward per cell ({why})" for why in sorted(fallback)]
+    if world > 1:  # every process's outcomes are on disk before any process reads them all
+        lm.accelerator.wait_for_everyone()
+        logs = {task: merged_log(spec.folder, task) for task in spec.tasks}
     return grid, logs, settings
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the process count of an ``accelerate launch`` (0 and 1 alone)."""
+    import os
+
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def merged_log(folder: Path, task: str) -> OutcomeLog:
+    """Every process's finished documents of `task` (read only): ``<task>.jsonl`` and ``<task>.rank*.jsonl``."""
+    outcomes = Path(folder) / "outcomes"
+    merged = OutcomeLog(outcomes / f"{task}.jsonl", read_only=True)
+    for path in sorted(outcomes.glob(f"{task}.rank*.jsonl")):
+        merged.done.update(OutcomeLog(path, read_only=True).done)
+    return merged
+
+
+def _open_log(folder: Path, task: str, rank: int, world: int) -> OutcomeLog:
+    """This process's log of `task`, knowing every document any process finished (a resume may
+    run with another process count)."""
+    own = Path(folder) / "outcomes" / (f"{task}.jsonl" if world == 1 else f"{task}.rank{rank}.jsonl")
+    log = OutcomeLog(own)
+    log.done.update({d: row for d, row in merged_log(folder, task).done.items() if d not in log.done})
+    return log
 
 
 def _fingerprint(instance) -> str:
