@@ -32,11 +32,12 @@ DISCOVERY_TASK = ICIR_MCQ_GROUP
 TRANSFER_TASKS = tuple(f"vhs_single_n{n}" for n in DEMO_VHS_SIZES)
 SECOND_ARCH, SECOND_MODEL, SECOND_SIDE = "qwen3_vl", "tiny-random-qwen3-vl", 64
 VERIFY_DOCS = 20
+DEMO_DEFAULTS = {"images": 1000, "samples": 240, "vhs_questions": 40, "seed": 0}
 # A quarter of the demo model's 24 heads, as the paper's top-100 is a tenth of 1,152 (App. I).
 ABLATION_TASK, ABLATION_KS, ABLATION_TOP = "vhs_single_n5", "1,2,3", 6
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def build_demo_data(args: argparse.Namespace) -> None:
     """Write ``OUT/toy``, ``OUT/icir_mcq`` and ``OUT/vhs`` (each replaced if present); print what was built."""
     # Imported here: `icir --help` should not pay for torch (the demo model's data module needs it).
     from harness.demo_model.data import DEMO_WORLD, MAX_PASSAGE_CHARS
@@ -53,6 +54,11 @@ def run_demo(args: argparse.Namespace) -> int:
     vhs = build_vhs(questions.root, corpus.coco_root, args.out / "vhs", overwrite=True)
     print(vhs)
     print(f'load it with: datasets.load_dataset("{args.out / "vhs"}", "single_needle_n10")')
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """The whole demo (module docstring); the data only with ``--no-eval``."""
+    build_demo_data(args)
     if args.no_eval:
         return 0
     import torch
@@ -142,6 +148,19 @@ def _leaderboard(args: argparse.Namespace, main, models: list[Path]) -> int:
     return _run_shown(["leaderboard", "build", str(board), "--out", str(args.out / "site")], main)
 
 
+def demo_grid(out: Path, model: Path) -> int:
+    """The demo's data under `out`, `model` evaluated on it (both stages) and its small ablation grid:
+    what ``icir demo-model eval --out`` adds to the known-answer figures."""
+    import torch
+
+    from harness.cli import main
+
+    torch.set_num_threads(1)
+    args = argparse.Namespace(out=Path(out), max_gen_toks=None, **DEMO_DEFAULTS)
+    build_demo_data(args)
+    return _evaluate(args, main, Path(model), []) or _ablate(args, main, Path(model))
+
+
 def _run_shown(argv: list[str], main) -> int:
     """Print the ``icir`` command line, then run it; its exit code."""
     print("\n$ icir " + " ".join(arg if " " not in arg else f"'{arg}'" for arg in argv), flush=True)
@@ -151,10 +170,13 @@ def register(subparsers) -> None:
     """Add ``demo`` to the ``icir`` command."""
     demo = subparsers.add_parser("demo", help="build the toy ICIR-MCQ and VHs folders and evaluate the default model on them")
     demo.add_argument("--out", type=Path, default=Path("demo_out"), help="output folder (default demo_out)")
-    demo.add_argument("--images", type=int, default=1000, help="toy corpus images (default 1000)")
-    demo.add_argument("--samples", type=int, default=240, help="samples per ICIR-MCQ config (default 240)")
-    demo.add_argument("--vhs-questions", type=int, default=40, help="VHs questions per haystack size (default 40)")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--images", type=int, default=DEMO_DEFAULTS["images"],
+                      help=f"toy corpus images (default {DEMO_DEFAULTS['images']})")
+    demo.add_argument("--samples", type=int, default=DEMO_DEFAULTS["samples"],
+                      help=f"samples per ICIR-MCQ config (default {DEMO_DEFAULTS['samples']})")
+    demo.add_argument("--vhs-questions", type=int, default=DEMO_DEFAULTS["vhs_questions"],
+                      help=f"VHs questions per haystack size (default {DEMO_DEFAULTS['vhs_questions']})")
+    demo.add_argument("--seed", type=int, default=DEMO_DEFAULTS["seed"])
     demo.add_argument("--max-gen-toks", type=int, default=None,
                       help="VHs answer length cap (default: the task's, decoding stops at the first yes/no)")
     demo.add_argument("--no-eval", action="store_true", help="build the folders only")

@@ -196,3 +196,20 @@ def test_two_processes_give_the_one_process_tables(demo, tmp_path):
     one = tmp_path / "one" / "icir-demo-model" / "ablation"
     assert (folder / "table14.md").read_text() == (one / "table14.md").read_text()
     assert pq.read_table(folder / "cells.parquet").to_pylist() == pq.read_table(one / "cells.parquet").to_pylist()
+
+
+def test_records_without_an_ablation_start_are_refused(demo, tmp_path, capsys):
+    import shutil
+
+    import pyarrow.parquet as parquet
+
+    vhs = tmp_path / "vhs"
+    shutil.copytree(demo / "vhs", vhs)
+    (file,) = (vhs / "single_needle_n5").glob("*.parquet")
+    table = parquet.read_table(file)
+    parquet.write_table(table.drop(["ablation_start_char"]), file)
+    rankings = demo / "eval" / "icir-demo-model" / "icir_artifacts" / "icir_mcq"
+    assert icir_main(["ablate", "--rankings", str(rankings), "--tasks", TASK, "--metadata",
+                      json.dumps({"vhs_data": str(vhs)}), "--output_path", str(tmp_path / "out"), *GRID]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "have no ablation_start_char" in err and err.startswith("icir ablate: error:")

@@ -91,3 +91,14 @@ def test_cell_statistics_by_hand():
     assert overlap.significant == 1  # p = 0.0625 against seed 1 is not below 0.05
     assert stats[("baseline", 0, -1)].minus_random is None and stats[("baseline", 0, -1)].mcnemar_p is None
     assert stats[("random", 1, 0)].mcnemar_p is None
+
+
+def test_rankings_of_another_shape_are_refused(shared, tmp_path):
+    """The tiny model's rankings (4 x 4 heads) for the demo model (4 x 6): one line, before it loads."""
+    from harness.ablation.arms import load_rankings
+
+    (run,) = [p for p in (shared / "ref_mcq").iterdir() if p.is_dir()]
+    with pytest.raises(UserInputError, match="is for 4 layers x 4 heads; this model has 4 x 6"):
+        load_rankings(run / "icir_artifacts" / "icir_mcq_n5", 4, 6)
+    pointer, writer = load_rankings(run / "icir_artifacts" / "icir_mcq_n5", 4, 4)
+    assert len(pointer) == 16 and sorted(pointer) == sorted(writer)

@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model_args", default="", help="as for icir eval (pretrained=..., image_budget=...)")
     parser.add_argument("--metadata", default="{}", help='task metadata JSON, e.g. {"vhs_data": DIR}')
     parser.add_argument("--output_path", type=Path, required=True, help="results go to OUTPUT/<model>/ablation/")
-    parser.add_argument("--device", default=None, help="torch device (default: the model class's)")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="head budgets K (default 5..30)")
     parser.add_argument("--random-seeds", default=",".join(map(str, DEFAULT_SEEDS)), help="random-control seeds")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, help="size of the top-K sets partitioned (100)")
@@ -73,9 +73,10 @@ def run_ablate(args: argparse.Namespace) -> int:
         metadata = json.loads(args.metadata)
     except json.JSONDecodeError as err:
         raise UserInputError(f"--metadata is not JSON ({err})") from None
+    import torch
+
     model_args = parse_model_args(args.model_args)
-    if args.device:
-        model_args["device"] = args.device
+    model_args["device"] = args.device or model_args.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.compare is not None and not args.through_generation:
         raise UserInputError("--compare compares a --through-generation run with a prefill-only one; "
                              "add --through-generation")

@@ -117,7 +117,7 @@ def task_requests(tasks: Sequence[str], metadata: Mapping[str, Any], limit: int 
         task = task_dict[name]
         task.build_all_requests(limit=limit, rank=rank, world_size=world_size)
         instances = sorted(task.instances, key=lambda i: i.doc_id)
-        missing = [i.doc_id for i in instances if "ablation_start_char" not in i.doc]
+        missing = [i.doc_id for i in instances if i.doc.get("ablation_start_char") is None]
         if missing:
             raise UserInputError(f"{name}: documents {missing[:5]} have no ablation_start_char; rebuild the VHs "
                                  "folder with this package's build-vhs")

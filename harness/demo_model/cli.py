@@ -28,7 +28,12 @@ def _evaluate(args: argparse.Namespace) -> int:
         draw = evaluation_draw(Path(work) / "toy", mcq_samples=args.samples, vhs_questions=args.samples,
                                seed=args.seed)
         print(json.dumps(evaluate_demo(model, processor, draw).summary(), indent=2))
-    return 0
+    if args.out is None:
+        return 0
+    from harness.demo import demo_grid
+
+    print(f"\nThe ablation grid of the model on the demo's data, through icir eval and icir ablate ({args.out}):")
+    return demo_grid(args.out, args.model or default_model_path())
 
 
 def register(subparsers) -> None:
@@ -48,4 +53,7 @@ def register(subparsers) -> None:
     evaluate.add_argument("--samples", type=int, default=200, help="ICIR-MCQ samples and VHs questions (default 200)")
     evaluate.add_argument("--seed", type=int, default=20_260,
                           help="toy world seed of the evaluation draw (default 20260, the one `train` reports)")
+    evaluate.add_argument("--out", type=Path, default=None,
+                          help="also build the demo's data here, run icir eval and a small icir ablate grid on it, "
+                               "and print Table 14 and the dose-response path")
     evaluate.set_defaults(func=_evaluate)
