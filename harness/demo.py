@@ -75,13 +75,23 @@ def run_demo(args: argparse.Namespace) -> int:
     code = _evaluate(args, main, default_model_path(), []) or _ablate(args, main, default_model_path())
     if code:
         return code
+    from harness.demo_model.architecture import DEMO_SIZES
     from harness.tiny_models import save_tiny
 
-    other = save_tiny(SECOND_ARCH, args.out / "models" / SECOND_MODEL, seed=0, overwrite=True)
+    # The demo model's L x H, so Table 4 (icir compare) can set the two rankings side by side.
+    other = save_tiny(SECOND_ARCH, args.out / "models" / SECOND_MODEL, seed=0, overwrite=True,
+                      num_hidden_layers=DEMO_SIZES.num_hidden_layers, num_attention_heads=DEMO_SIZES.num_attention_heads,
+                      num_key_value_heads=DEMO_SIZES.num_key_value_heads, head_dim=DEMO_SIZES.head_dim)
     print(f"\nA second leaderboard entry: a tiny random {SECOND_ARCH} ({other}), untrained, on the same data "
           f"at {SECOND_SIDE} px images (a declared deviation):")
     code = _evaluate(args, main, other, [f"image_budget={SECOND_SIDE}"])
-    return code or _leaderboard(args, main, [default_model_path(), other])
+    if code:
+        return code
+    from harness.model_names import model_name
+
+    print("\nCross-model ranking similarity (Table 4): the trained demo model against the random one:")
+    runs = [str(args.out / "eval" / model_name(m)) for m in (default_model_path(), other)]
+    return _run_shown(["compare", *runs], main) or _leaderboard(args, main, [default_model_path(), other])
 
 
 def _evaluate(args: argparse.Namespace, main, model: Path, model_args: list[str]) -> int:

@@ -18,6 +18,10 @@ Tables (paper captions; App. C, G, I, J):
   of the pointer (and writer) ranking (Table 2 left half, §4.3; App. H).
 - 3: top-5 writer heads by held-out-pool writer R@1 on ICIR-MCQ, median, pool size, chance
   (Table 3, §5.2).
+- 4: cross-model ranking similarity of every pair of runs (same L x H): Pearson and Spearman of
+  the per-head R@1 grids with paired head-bootstrap 95% intervals, layer-max correlation, and top-K
+  overlap against chance K^2/(L*H), for the pointer (Eq. 3) and the writer grids (Table 4, App. C.2,
+  E.2). ``icir compare RUN_A RUN_B ...`` prints it.
 - 5: R@1 of the transferred top pointer head on VHs at each haystack size present (Table 5, C.3).
 - 6: top pointer head R@1 and base-model accuracy on ICIR-MCQ and VHs N=10 (Table 6, C.4).
 - 10: readout-position control: per position, Spearman rho and top-K overlap against the cattok
@@ -45,7 +49,8 @@ from typing import Any
 from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS
 from icir_common import UserInputError, parse_head_name
 
-TABLES = (1, 2, 3, 5, 6, 10, 11, 13)
+TABLES = (1, 2, 3, 4, 5, 6, 10, 11, 13)
+CROSS_MODEL_KS = (3, 5, 10, 100)  # Table 4's top-K sizes (App. C.2)
 TOP_N = 5  # Tables 1 and 3 list the top-5 heads
 VHS_SIZE = 10  # Tables 2 and 6: Visual Haystacks N=10
 REFERENCE_POSITION = "cattok"  # Table 10 compares every position with the cattok
@@ -494,7 +499,44 @@ def table_13(runs: list[Run], options: argparse.Namespace) -> Table:
                   "Ratio"], rows, notes)
 
 
-BUILDERS = {1: table_1, 2: table_2, 3: table_3, 5: table_5, 6: table_6, 10: table_10, 11: table_11, 13: table_13}
+def table_4(runs: list[Run], options: argparse.Namespace) -> Table:
+    """Table 4 (App. C.2): per pair of runs and ranking, grid correlations with intervals and top-K overlap."""
+    from harness.metrics.rankings import chance_overlap, correlation, correlation_ci, top_k_overlap
+
+    if len(runs) < 2:
+        raise UserInputError("Table 4 compares models: pass at least two run folders")
+    grids = {}
+    for run in runs:
+        _, pointer, _, writer = _discovery_grids(run)
+        grids[run.name] = {"pointer": pointer, "writer": writer}
+    shapes = {name: g["pointer"].shape for name, g in grids.items()}
+    if len(set(shapes.values())) > 1:
+        listed = ", ".join(f"{name} {shape[0]} x {shape[1]}" for name, shape in shapes.items())
+        raise UserInputError(f"Table 4 compares rankings of models of the same shape (L x H); got {listed}")
+    rows = []
+    for i, first in enumerate(runs):
+        for second in runs[i + 1:]:
+            for ranking in ("pointer", "writer"):
+                a, b = grids[first.name][ranking], grids[second.name][ranking]
+                row = {"Models": f"{first.name} vs {second.name}", "Ranking": ranking}
+                for method, column in (("pearson", "Pearson"), ("spearman", "Spearman")):
+                    row[column] = float(correlation(a.ravel(), b.ravel(), method))
+                    low, high = correlation_ci(a, b, method)
+                    row[f"{column} 95% CI"] = None if math.isnan(low) else f"[{low:.3f}, {high:.3f}]"
+                row["Layer-max Pearson"] = float(correlation(a.max(axis=1), b.max(axis=1), "pearson"))
+                for k in CROSS_MODEL_KS:
+                    kk = top_k(a, k)
+                    row[f"Top-{k}"] = f"{round(top_k_overlap(a, b, kk) * kk)}/{kk} ({chance_overlap(kk, *a.shape):.1f})"
+                rows.append(row)
+    heads = next(iter(grids.values()))["pointer"].size
+    notes = [f"K is capped at the models' {heads} heads"] if heads < max(CROSS_MODEL_KS) else []
+    return Table(4, "Cross-model ranking similarity on ICIR-MCQ (cattok): correlations over all heads with "
+                    "paired head-bootstrap 95% intervals; Top-K: shared heads/K (chance K^2/(L*H))",
+                 ["Models", "Ranking", "Pearson", "Pearson 95% CI", "Spearman", "Spearman 95% CI",
+                  "Layer-max Pearson", *(f"Top-{k}" for k in CROSS_MODEL_KS)], rows, notes)
+
+
+BUILDERS = {1: table_1, 2: table_2, 3: table_3, 4: table_4, 5: table_5, 6: table_6, 10: table_10, 11: table_11, 13: table_13}
 
 
 def build_table(number: int, folders: list[Path], top_k: int = TOP_K_SETS, vhs_size: int = VHS_SIZE) -> Table:
@@ -518,7 +560,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``icir report --table N [--json] RUN_FOLDER [RUN_FOLDER ...]``."""
     parser = subparsers.add_parser(
         "report",
-        help="print one of the paper's tables (1, 2, 3, 5, 6, 10, 11, 13) from finished runs",
+        help="print one of the paper's tables (1, 2, 3, 4, 5, 6, 10, 11, 13) from finished runs",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -531,6 +573,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--vhs_size", type=int, default=VHS_SIZE,
                         help=f"Visual Haystacks haystack size N of tables 2 and 6 (default {VHS_SIZE})")
     parser.set_defaults(func=run_report)
+    compare = subparsers.add_parser("compare", help="cross-model ranking similarity of run folders (Table 4)",
+                                    description=table_4.__doc__)
+    compare.add_argument("run_folders", nargs="+", type=Path, metavar="RUN_FOLDER",
+                         help="two or more run folders OUTPUT/<model> of models of the same L x H")
+    compare.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
+    compare.set_defaults(func=run_report, table=4, top_k=TOP_K_SETS, vhs_size=VHS_SIZE)
 
 
 def run_report(args: argparse.Namespace) -> int:

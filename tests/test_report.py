@@ -295,4 +295,4 @@ def test_missing_artifacts_name_the_folder_and_the_run_to_make(capsys, shared, m
     (tmp_path / "empty").mkdir()
     assert "no run folder" in error(capsys, "--table", "1", str(tmp_path / "empty"))
     with pytest.raises(SystemExit):  # argparse: a table this command does not make
-        icir_main(["report", "--table", "4", str(mcq)])
+        icir_main(["report", "--table", "7", str(mcq)])

@@ -296,6 +296,27 @@ def correlation_difference_ci(
     )
 
 
+def correlation_ci(a: np.ndarray, b: np.ndarray, method: str = "spearman", n_resamples: int = 2000,
+                   confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Paired head-bootstrap interval of ``corr(a, b)`` over the L*H heads (App. E.2 resampling).
+
+    The same heads are drawn for both grids (``scipy.stats.bootstrap`` with ``paired=True``,
+    percentile interval, seeded by ``seed``). NaN bounds where resampled heads can be constant
+    (grids of few distinct values, e.g. a small writer pool). Raises ``UserInputError`` for grids
+    of different shapes or a constant grid.
+    """
+    from scipy.stats import bootstrap
+
+    a, b = _check_pair(a, b)
+    x, y = a.ravel(), b.ravel()
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        raise UserInputError("a correlation interval needs grids that are not constant")
+    result = bootstrap((x, y), lambda u, v, axis=-1: correlation(u, v, method, axis), paired=True, vectorized=True,
+                       n_resamples=n_resamples, confidence_level=confidence, method="percentile",
+                       rng=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
 def compare_rankings(a: np.ndarray, b: np.ndarray, ks: Sequence[int] = (3, 5, 10, 100)) -> dict:
     """The App. C.2 / Table 4 statistics of two grids: Pearson, Spearman, layer-max, top-K overlap.
 
