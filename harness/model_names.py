@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 DEMO_MODEL_NAME = "icir-demo-model"
+# The shipped demo model's folder (package data of `harness.demo_model`, which re-exports it).
+SHIPPED_DEMO_MODEL = Path(__file__).resolve().with_name("demo_model") / "shipped"
 
 
 def model_name(pretrained: str | os.PathLike) -> str:
@@ -14,8 +16,6 @@ def model_name(pretrained: str | os.PathLike) -> str:
     The shipped demo model is ``icir-demo-model``. The name never holds the clone's absolute
     path, so the same run lands in the same folder on every machine.
     """
-    from harness.demo_model import SHIPPED_DEMO_MODEL
-
     path = Path(pretrained).expanduser()
     if path.exists():
         return DEMO_MODEL_NAME if path.resolve() == SHIPPED_DEMO_MODEL else path.resolve().name

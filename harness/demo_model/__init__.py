@@ -18,9 +18,8 @@ Modules: ``architecture`` (sizes, tokenizer, model), ``data`` (toy worlds, recor
 
 from pathlib import Path
 
+from harness.model_names import SHIPPED_DEMO_MODEL
 from icir_common import UserInputError
-
-SHIPPED_DEMO_MODEL = Path(__file__).resolve().with_name("shipped")
 
 
 def default_model_path() -> Path:

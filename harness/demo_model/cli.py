@@ -30,7 +30,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(evaluate_demo(model, processor, draw).summary(), indent=2))
     if args.out is None:
         return 0
-    from harness.demo import demo_grid
+    from harness.demo_model.pipeline import demo_grid
 
     print(f"\nThe ablation grid of the model on the demo's data, through icir eval and icir ablate ({args.out}):")
     return demo_grid(args.out, args.model or default_model_path())
