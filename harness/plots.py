@@ -181,3 +181,71 @@ def plot_vote_curves(
     axes.legend(fontsize=8)
     _save_png(figure, path)
     return figure
+
+
+def plot_dose_response(curves: Mapping[int, Mapping[str, Mapping[int, float]]],
+                       random_band: Mapping[int, Mapping[int, tuple[float, float]]], baseline: Mapping[int, float],
+                       path: str | os.PathLike) -> Figure:
+    """Ablation dose-response (§6.2 Figure 3 / App. J.2 Figure 7): one panel per haystack size N.
+
+    Args:
+        curves: ``{N: {arm: {K: accuracy}}}`` of the set-partition arms.
+        random_band: ``{N: {K: (mean, sd)}}`` of the random controls (drawn as a line and a +-1 sd band).
+        baseline: ``{N: unablated accuracy}`` (a dotted line).
+        path: the PNG to write.
+
+    Returns:
+        The figure (per panel one `Line2D` per arm, labelled with the arm, then "random (mean)").
+    """
+    sizes = sorted(baseline)
+    figure = Figure(figsize=(4 * len(sizes), 3.4), dpi=DPI)
+    FigureCanvasAgg(figure)
+    axes_list = figure.subplots(1, len(sizes), squeeze=False, sharey=True)[0]
+    for axes, n in zip(axes_list, sizes):
+        axes.axhline(baseline[n], label="unablated", **CHANCE_STYLE)
+        for arm, curve in curves.get(n, {}).items():
+            ks = sorted(curve)
+            axes.plot(ks, [curve[k] for k in ks], marker="o", label=arm)
+        band = random_band.get(n) or {}
+        if band:
+            ks = sorted(band)
+            mean, sd = np.array([band[k][0] for k in ks]), np.array([band[k][1] for k in ks])
+            axes.plot(ks, mean, color="black", label="random (mean)")
+            axes.fill_between(ks, mean - sd, mean + sd, color="black", alpha=0.15)
+        axes.set_title(f"VHs N={n}")
+        axes.set_xlabel("heads ablated (K)")
+    axes_list[0].set_ylabel("accuracy")
+    axes_list[-1].legend(fontsize=7)
+    figure.tight_layout()
+    _save_png(figure, path)
+    return figure
+
+
+def plot_readout_positions(series: Mapping[str, Mapping[str, Mapping[str, float | None]]],
+                           path: str | os.PathLike) -> Figure:
+    """Readout-position study (App. G, Table 10): per position, one line per (model, quantity).
+
+    Args:
+        series: ``{model: {quantity: {position: value}}}``, quantities such as "best pointer R@1",
+            "pointer rho vs cattok", "best writer R@1"; None values are left out.
+        path: the PNG to write.
+
+    Returns:
+        The figure (one `Line2D` per model and quantity, labelled ``"model: quantity"``).
+    """
+    figure, axes = _new_figure()
+    positions: list[str] = []
+    for quantities in series.values():
+        for values in quantities.values():
+            positions += [p for p in values if p not in positions]
+    for model, quantities in series.items():
+        for (quantity, values), style in zip(quantities.items(), CURVE_STYLES * 4):
+            kept = [(positions.index(p), v) for p, v in values.items() if v is not None]
+            if kept:
+                axes.plot(*zip(*kept), linestyle=style, marker="o", label=f"{model}: {quantity}")
+    axes.set_xticks(range(len(positions)), positions)
+    axes.set_xlabel("readout position")
+    axes.set_title("pointer and writer heads by readout position")
+    axes.legend(fontsize=7)
+    _save_png(figure, path)
+    return figure

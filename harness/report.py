@@ -572,17 +572,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"size of the top-K head sets of tables 10, 11, 13 (default {TOP_K_SETS}; capped at L*H)")
     parser.add_argument("--vhs_size", type=int, default=VHS_SIZE,
                         help=f"Visual Haystacks haystack size N of tables 2 and 6 (default {VHS_SIZE})")
+    parser.add_argument("--plot", type=Path, metavar="PNG",
+                        help="table 10 only: also draw best R@1 and rank correlation per readout position")
     parser.set_defaults(func=run_report)
     compare = subparsers.add_parser("compare", help="cross-model ranking similarity of run folders (Table 4)",
                                     description=table_4.__doc__)
     compare.add_argument("run_folders", nargs="+", type=Path, metavar="RUN_FOLDER",
                          help="two or more run folders OUTPUT/<model> of models of the same L x H")
     compare.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
-    compare.set_defaults(func=run_report, table=4, top_k=TOP_K_SETS, vhs_size=VHS_SIZE)
+    compare.set_defaults(func=run_report, table=4, top_k=TOP_K_SETS, vhs_size=VHS_SIZE, plot=None)
 
 
 def run_report(args: argparse.Namespace) -> int:
     """Print the table as markdown, or its rows as JSON with ``--json``."""
+    if args.plot is not None and args.table != 10:
+        raise UserInputError(f"--plot draws table 10 (readout positions), not table {args.table}")
     table = build_table(args.table, args.run_folders, top_k=args.top_k, vhs_size=args.vhs_size)
     print(json.dumps(table.to_json(), indent=2) if args.json else table.markdown())
+    if args.plot is not None:
+        print(f"figure: {plot_table_10(table, args.plot)}")
     return 0
+
+
+PLOTTED_10 = {"best pointer R@1 (Eq. 3)": "Best R@1", "pointer rho vs cattok": "Pointer rho",
+              "best writer R@1": "Best writer R@1", "writer rho vs cattok": "Writer rho"}
+
+
+def plot_table_10(table: Table, path: Path) -> Path:
+    """Table 10's best R@1 and Spearman rho against the cattok per position, per model (`plots`)."""
+    from harness.plots import plot_readout_positions
+
+    series: dict[str, dict[str, dict[str, float | None]]] = {}
+    for row in table.rows:
+        for quantity, column in PLOTTED_10.items():
+            value = row.get(column)
+            valid = isinstance(value, (int, float)) and not math.isnan(value)
+            series.setdefault(row["Model"], {}).setdefault(quantity, {})[row["Position"]] = value if valid else None
+    plot_readout_positions(series, path)
+    return path

@@ -296,3 +296,25 @@ def test_missing_artifacts_name_the_folder_and_the_run_to_make(capsys, shared, m
     assert "no run folder" in error(capsys, "--table", "1", str(tmp_path / "empty"))
     with pytest.raises(SystemExit):  # argparse: a table this command does not make
         icir_main(["report", "--table", "7", str(mcq)])
+
+
+def test_table_10_plot_draws_the_table(capsys, readout, tmp_path, monkeypatch):
+    """--plot draws each model's best R@1 and rho per position: the lines hold the table's numbers."""
+    import harness.plots as plots
+    from harness.report import build_table, plot_table_10
+
+    assert icir_main(["report", "--table", "10", str(readout), "--plot", str(tmp_path / "positions.png")]) == 0
+    assert "figure:" in capsys.readouterr().out and (tmp_path / "positions.png").stat().st_size > 0
+    drawn, original = {}, plots.plot_readout_positions
+
+    def spy(series, path):
+        figure = original(series, path)
+        drawn.update({line.get_label(): list(line.get_ydata()) for line in figure.axes[0].get_lines()})
+        return figure
+
+    monkeypatch.setattr(plots, "plot_readout_positions", spy)
+    table = build_table(10, [readout])
+    plot_table_10(table, tmp_path / "again.png")
+    assert drawn["model: best pointer R@1 (Eq. 3)"] == pytest.approx([row["Best R@1"] for row in table.rows])
+    assert drawn["model: best writer R@1"] == pytest.approx([row["Best writer R@1"] for row in table.rows])
+    assert icir_main(["report", "--table", "1", str(readout), "--plot", str(tmp_path / "x.png")]) == 2

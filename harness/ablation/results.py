@@ -80,38 +80,20 @@ def table14(stats: Sequence[CellStats]) -> str:
 
 
 def plot_dose_response(stats: Sequence[CellStats], path: Path) -> Path:
-    """One panel per N: accuracy of each arm and of the random mean (+-1 sd band) against K."""
-    import matplotlib
+    """`harness.plots.plot_dose_response` of the cell statistics: arms, random mean +-1 sd, baseline."""
+    from harness.plots import plot_dose_response as draw
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sizes = sorted({s.n_size for s in stats})
-    figure, axes = plt.subplots(1, len(sizes), figsize=(4 * len(sizes), 3.4), squeeze=False, sharey=True)
-    for axis, n in zip(axes[0], sizes):
-        at = [s for s in stats if s.n_size == n]
-        baseline = next(s.accuracy for s in at if s.arm == BASELINE)
-        axis.axhline(baseline, color="grey", linestyle=":", label="unablated")
-        randoms = sorted((s for s in at if s.arm == RANDOM and s.seed == min(x.seed for x in at if x.arm == RANDOM)),
-                         key=lambda s: s.k)
-        if randoms:
-            ks = [s.k for s in randoms]
-            mean = np.array([s.random_mean for s in randoms])
-            sd = np.array([s.random_sd or 0.0 for s in randoms])
-            axis.plot(ks, mean, color="black", label="random (mean)")
-            axis.fill_between(ks, mean - sd, mean + sd, color="black", alpha=0.15)
-        for arm in ARMS:
-            points = sorted((s.k, s.accuracy) for s in at if s.arm == arm)
-            if points:
-                axis.plot(*zip(*points), marker="o", label=ARM_LABELS[arm])
-        axis.set_title(f"VHs N={n}")
-        axis.set_xlabel("heads ablated (K)")
-    axes[0][0].set_ylabel("accuracy")
-    axes[0][-1].legend(fontsize=7)
-    figure.tight_layout()
-    with atomic_file(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=110, metadata={"Software": None})
-    plt.close(figure)
+    curves: dict[int, dict[str, dict[int, float]]] = {}
+    band: dict[int, dict[int, tuple[float, float]]] = {}
+    baseline = {}
+    for s in stats:
+        if s.arm == BASELINE:
+            baseline[s.n_size] = s.accuracy
+        elif s.arm in ARMS:
+            curves.setdefault(s.n_size, {}).setdefault(ARM_LABELS[s.arm], {})[s.k] = s.accuracy
+        elif s.random_mean is not None:
+            band.setdefault(s.n_size, {})[s.k] = (s.random_mean, s.random_sd or 0.0)
+    draw(curves, band, baseline, path)
     return path
 
 
