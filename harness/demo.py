@@ -7,8 +7,10 @@ as the shipped demo model was trained to read them (the demo world, passages cut
 default model (the shipped demo model) on ``icir_mcq`` (discovery: the pointer ranking and the
 writer probes), then on ``vhs_single_n{2,5,10}`` with that ranking and those probes (the paper's
 transfer protocol, §4.3): lm-eval's tables with the head metrics, the protocol line, the top
-pointer heads, and where the artifacts are. A tiny random Qwen3-VL is evaluated the same way, so
-the leaderboard has a second entry. Both runs are submitted into ``OUT/leaderboard`` (the MTEB-like
+pointer heads, and where the artifacts are; then a small ablation grid (``icir ablate``, VHs N=5)
+on the demo model. A tiny random Qwen3-VL of the demo model's shape is evaluated the same way, so
+the leaderboard has a second entry, and ``icir compare`` sets the two rankings side by side
+(Table 4). Both runs are submitted into ``OUT/leaderboard`` (the MTEB-like
 ``results/<org__model>/<revision>/`` layout), validated, a seeded sample of the demo model's
 documents is re-run and compared (``icir leaderboard verify``), and the static site is built into
 ``OUT/site``.
@@ -103,7 +105,8 @@ def _leaderboard(args: argparse.Namespace, main, models: list[Path]) -> int:
 
 def register(subparsers) -> None:
     """Add ``demo`` to the ``icir`` command."""
-    demo = subparsers.add_parser("demo", help="build the toy ICIR-MCQ and VHs folders and evaluate the default model on them")
+    demo = subparsers.add_parser("demo", help="the whole job on the toy data: build, evaluate, ablate, compare, "
+                                              "submit, verify, build the leaderboard")
     demo.add_argument("--out", type=Path, default=Path("demo_out"), help="output folder (default demo_out)")
     demo.add_argument("--images", type=int, default=DEMO_DEFAULTS["images"],
                       help=f"toy corpus images (default {DEMO_DEFAULTS['images']})")

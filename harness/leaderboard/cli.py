@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--probes", action="store_true", help="include the writer probes (writer_probes/)")
     parser.set_defaults(func=run_submit)
 
-    board = subparsers.add_parser("leaderboard", help="leaderboard tools: validate a submission, build the site")
+    board = subparsers.add_parser("leaderboard", help="leaderboard tools: validate or verify a submission, build the site")
     actions = board.add_subparsers(dest="action", required=True, metavar="ACTION")
     check = actions.add_parser("validate", help="check a submission and recompute every reported number")
     check.add_argument("submission", type=Path, metavar="SUBMISSION", help="a submission folder or .tar.gz")
