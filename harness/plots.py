@@ -43,9 +43,13 @@ def _new_figure() -> tuple[Figure, object]:
 
 
 def _save_png(figure: Figure, path: str | os.PathLike) -> None:
-    """Save `figure` as PNG at `path` through a temporary file in the same folder (`atomic_file`)."""
+    """Save `figure` as PNG at `path` through a temporary file in the same folder (`atomic_file`).
+
+    No Software chunk (matplotlib writes its version there), so the same numbers give the same
+    bytes on every machine: the leaderboard site is byte-reproducible.
+    """
     with atomic_file(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=DPI)
+        figure.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
 
 
 def plot_head_grid(grid: np.ndarray, path: str | os.PathLike, title: str, chance: float | None = None) -> Figure:

@@ -362,14 +362,6 @@ def _figure(src: str, caption: str) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def _save_png(figure, path: Path) -> None:
-    """Rewrite `figure` at `path` without matplotlib's Software chunk, so the bytes are reproducible."""
-    from harness.plots import DPI
-
-    with atomic_file(path) as tmp:
-        figure.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
-
-
 def _figures(folder: Path, page: str, entry: Entry) -> tuple[list[str], list[str]]:
     """``(ICIR-MCQ figures, VHs vote figures)`` of `entry` as HTML, their PNGs drawn into `folder`."""
     from harness.plots import plot_head_grid, plot_pointer_vs_writer, plot_vote_curves
@@ -381,20 +373,18 @@ def _figures(folder: Path, page: str, entry: Entry) -> tuple[list[str], list[str
                                       ("writer", "writer R@1 per head", chance["writer"])):
         if grids[name] is not None:
             path = folder / f"{name}.png"
-            _save_png(plot_head_grid(np.asarray(grids[name], dtype=float), path, title, chance_value), path)
+            plot_head_grid(np.asarray(grids[name], dtype=float), path, title, chance_value)
             heads.append(_figure(f"{page}/{path.name}", f"L x H heatmap: {title}"))
     if grids["pointer"] is not None and grids["writer"] is not None:
         path = folder / "pointer_vs_writer.png"
-        figure = plot_pointer_vs_writer(np.asarray(grids["pointer"], dtype=float),
-                                        np.asarray(grids["writer"], dtype=float), path,
-                                        top_k=entry.row["overlap_k"], pointer_chance=chance["pointer"])
-        _save_png(figure, path)
+        plot_pointer_vs_writer(np.asarray(grids["pointer"], dtype=float), np.asarray(grids["writer"], dtype=float),
+                               path, top_k=entry.row["overlap_k"], pointer_chance=chance["pointer"])
         heads.append(_figure(f"{page}/{path.name}", "pointer R@1 vs writer R@1 per head (top-K sets)"))
     votes = []
     for task in sorted(entry.vote_curves):
         curves = {label: curve for label, curve in sorted(entry.vote_curves[task].items()) if curve}
         path = folder / f"vote_{_UNSAFE.sub('_', task)}.png"
-        _save_png(plot_vote_curves({f"{label} ranking": curve for label, curve in curves.items()}, path), path)
+        plot_vote_curves({f"{label} ranking": curve for label, curve in curves.items()}, path)
         votes.append(_figure(f"{page}/{path.name}", f"{task}: top-K majority-vote R@1 ({', '.join(curves)} ranking)"))
     return heads, votes
 
