@@ -63,6 +63,18 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def read_json(path: str | os.PathLike) -> Any:
+    """The JSON document at `path` (UTF-8).
+
+    Raises:
+        UserInputError: an unreadable file or one that is not JSON, naming the file.
+    """
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserInputError(f"cannot read {path}: {err}") from None
+
+
 def write_json(path: str | os.PathLike, obj: Any, *, sort_keys: bool = False) -> None:
     """Write `obj` as indented JSON (trailing newline) to `path` through `atomic_file`."""
     with atomic_file(path) as tmp:

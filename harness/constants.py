@@ -1,4 +1,5 @@
-"""Every list the harness shares, written once: model name, tasks, sizes, vote Ks, metric names.
+"""Every list the harness shares, written once: model name, tasks, sizes, vote Ks, metric names
+(and the one parser of the VHs single-needle task names they generate, `vhs_single_size`).
 
 The per-size task YAMLs in ``harness/tasks/`` are generated from this module by
 ``harness/tasks/_generate_configs.py`` (as lm-eval generates its task variants);
@@ -6,6 +7,8 @@ The per-size task YAMLs in ``harness/tasks/`` are generated from this module by
 """
 
 from __future__ import annotations
+
+import re
 
 from vhs_adapter.question_files import DEFAULT_SIZES
 
@@ -23,6 +26,14 @@ VHS_GROUPS: dict[str, tuple[str, ...]] = {
     "vhs_single": tuple(f"vhs_single_n{n}" for n in VHS_SINGLE_SIZES),
     "vhs_multi": tuple(f"vhs_multi_n{n}" for n in VHS_MULTI_SIZES),
 }
+
+
+
+def vhs_single_size(task: str) -> int | None:
+    """Haystack size N of a ``vhs_single_n{N}`` task name, None for any other task."""
+    match = re.fullmatch(r"vhs_single_n(\d+)", task)
+    return None if match is None else int(match.group(1))
+
 
 # Groups whose head metrics are computed over all their tasks' documents at once (the paper
 # reports one best head and one set of writer probes over all of ICIR-MCQ).

@@ -41,12 +41,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS
+from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, vhs_single_size
 from icir_common import UserInputError, parse_head_name
 
 TABLES = (1, 2, 3, 4, 5, 6, 10, 11, 13)
@@ -56,7 +55,6 @@ VHS_SIZE = 10  # Tables 2 and 6: Visual Haystacks N=10
 REFERENCE_POSITION = "cattok"  # Table 10 compares every position with the cattok
 NEEDS_RANKING = "needs heads_ranking"
 FULL_READOUT = "cattok/+1/+2/+3/+4/mid/last"
-_VHS_TASK = re.compile(r"^vhs_single_n(\d+)$")
 
 
 # ---------------------------------------------------------------------------- run folders
@@ -106,8 +104,7 @@ class Run:
         """Haystack sizes N of the ``vhs_single_n{N}`` tasks this run has artifacts of."""
         if not self.artifacts.is_dir():
             return []
-        found = (_VHS_TASK.match(p.name) for p in self.artifacts.iterdir())
-        return sorted(int(m.group(1)) for m in found if m and self.has(m.group(0)))
+        return sorted(n for p in self.artifacts.iterdir() if (n := vhs_single_size(p.name)) and self.has(p.name))
 
     def vhs_unit(self, size: int) -> str:
         """``vhs_single_n{size}``, or an error saying how to run it with the ICIR-MCQ ranking."""

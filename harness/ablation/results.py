@@ -22,6 +22,7 @@ import numpy as np
 
 from harness.ablation.arms import ARMS, BASELINE, RANDOM, Grid, grid_json
 from harness.ablation.stats import CellStats, cell_stats
+from harness.constants import vhs_single_size
 from icir_common import atomic_file, write_json
 
 ARM_LABELS = {"overlap": "Overlap", "pointer_only": "Pointer-only", "writer_only": "Writer-only"}
@@ -30,7 +31,7 @@ ARM_LABELS = {"overlap": "Overlap", "pointer_only": "Pointer-only", "writer_only
 def outcome_rows(grid: Grid, logs: Mapping[str, object]) -> list[dict]:
     """One row per (document, cell) of every task, in task, document and cell order."""
     rows = []
-    for task in sorted(logs, key=lambda t: int(t.rsplit("_n", 1)[1])):
+    for task in sorted(logs, key=vhs_single_size):
         for doc_id in sorted(logs[task].done):
             line = logs[task].done[doc_id]
             for cell in grid.cells:
@@ -137,7 +138,7 @@ def table12(grid: Grid, through: Mapping[str, object], prefill: Mapping[str, obj
                              "same --tasks and --limit")
     lines = ["| N | Cell | Accuracy (prefill only) | Accuracy (through generation) | Change | Answers changed |",
              "|---|---|---|---|---|---|"]
-    for task in sorted(through, key=lambda t: int(t.rsplit("_n", 1)[1])):
+    for task in sorted(through, key=vhs_single_size):
         docs = sorted(through[task].done)
         n = through[task].done[docs[0]]["N"]
         for cell in grid.cells:

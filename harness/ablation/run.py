@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import atexit
 import json
-import re
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.ablation.arms import DEFAULT_KS, DEFAULT_SEEDS, DEFAULT_TOP, Grid, build_grid, load_rankings
+from harness.constants import vhs_single_size
 from icir_common import UserInputError, write_json
 
-VHS_TASK = re.compile(r"^vhs_single_n(\d+)$")
 ABLATION_FOLDER = "ablation"
 SETTINGS = "settings.json"
 
@@ -77,10 +77,10 @@ def haystack_size(task: str) -> int:
     Raises:
         UserInputError: another task (the grid runs on VHs single-needle haystacks, §6.1).
     """
-    match = VHS_TASK.match(task)
-    if match is None:
+    size = vhs_single_size(task)
+    if size is None:
         raise UserInputError(f"icir ablate runs on VHs single-needle tasks (vhs_single_n2, ...), not {task!r}")
-    return int(match.group(1))
+    return size
 
 
 def model_shape(pretrained: str) -> tuple[int, int]:
@@ -149,8 +149,6 @@ class OutcomeLog:
 
     def add(self, row: dict) -> None:
         """Append one document's line and flush it to disk."""
-        import os
-
         with open(self.path, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(row, sort_keys=True) + "\n")
             handle.flush()
@@ -261,8 +259,6 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
 
 def rank_and_world() -> tuple[int, int]:
     """This process's rank and the process count of an ``accelerate launch`` (0 and 1 alone)."""
-    import os
-
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 

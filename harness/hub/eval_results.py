@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,7 +32,7 @@ from huggingface_hub.constants import EVAL_RESULTS_FOLDER
 from harness.constants import ICIR_MCQ_GROUP, ICIR_MCQ_TASKS
 from harness.leaderboard.entries import load_entry
 from harness.leaderboard.schema import MANIFEST
-from icir_common import UserInputError, atomic_file
+from icir_common import UserInputError, atomic_file, read_json
 
 # The Hub dataset repos the entries point at unless told otherwise (``icir publish --repo-id``
 # of the two benchmarks; change them with ``--eval-results-dataset`` / ``--eval-results-vhs-dataset``).
@@ -81,13 +80,6 @@ def benchmark_tasks(kind: str, configs: Sequence[str]) -> list[tuple[str, str]]:
     raise ValueError(f"unknown benchmark kind {kind!r} (expected one of {', '.join(KINDS)})")
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserInputError(f"cannot read {path}: {err}") from None
-
-
 def _icir_config(units: dict[str, list[str]]) -> str | None:
     """The ICIR-MCQ config of the headline unit `harness.leaderboard.entries.load_entry` reports."""
     if ICIR_MCQ_GROUP in units:
@@ -102,7 +94,7 @@ def _date(folder: Path, manifest: dict[str, Any]) -> str | None:
     paths = sorted(set(manifest.get("results", {}).values()))
     if not paths:
         return None
-    stamp = _read_json(folder / paths[0]).get("date")
+    stamp = read_json(folder / paths[0]).get("date")
     if not isinstance(stamp, (int, float)):
         return None
     moment = datetime.datetime.fromtimestamp(stamp, tz=datetime.timezone.utc)
@@ -131,7 +123,7 @@ def headline_entries(submission_folder: str | os.PathLike, dataset_repo_id: str 
         UserInputError: an unreadable submission file (as `load_entry` raises it).
     """
     folder = Path(submission_folder)
-    manifest = _read_json(folder / MANIFEST)
+    manifest = read_json(folder / MANIFEST)
     row = load_entry(folder, None).row
     common: dict[str, Any] = {"date": _date(folder, manifest)}
     if row.get("link"):

@@ -12,21 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.activation_store import file_sha256
 from harness.ablation.run import ABLATION_FOLDER
+from harness.activation_store import file_sha256
 from harness.constants import ARTIFACTS_FOLDER
 from harness.leaderboard.entries import RESULTS_FOLDER, entry_key
-from harness.metrics.probes import SETTINGS_FILE as PROBE_SETTINGS
 from harness.leaderboard.schema import MANIFEST, SCHEMA_VERSION, STAGE_KEYS, UNIT_SUFFIXES
+from harness.metrics.probes import SETTINGS_FILE as PROBE_SETTINGS
 from harness.protocol import PROTOCOL_FILE
-from icir_common import UserInputError
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserInputError(f"cannot read {path}: {err}") from None
+from icir_common import UserInputError, read_json
 
 
 def _unit_folders(run_folder: Path) -> dict[str, Path]:
@@ -166,7 +159,8 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
         if shared_protocol(record) != shared_protocol(first):
             raise UserInputError(f"{name}'s protocol record differs from the others' (beyond heads_ranking and "
                                  "writer_probes): the run folder mixes runs; submit one run")
-    tasks = sorted({task for name, folder in units.items() for task in read_json(folder / "summary.json")["tasks"]})
+    unit_tasks = {name: read_json(folder / "summary.json")["tasks"] for name, folder in units.items()}
+    tasks = sorted({task for names in unit_tasks.values() for task in names})
     results = _results_by_task(run_folder, tasks)
     datasets: dict[str, dict] = {}
     for record in records.values():
@@ -186,7 +180,7 @@ def submit(run_folder: str | os.PathLike, out: str | os.PathLike, archive: bool 
         "protocol": protocol,
         "versions": first.get("versions", {}),
         "tasks": tasks,
-        "units": {name: read_json(folder / "summary.json")["tasks"] for name, folder in units.items()},
+        "units": unit_tasks,
         "datasets": {task: {"documents": d["documents"], "fingerprint": d["fingerprint"]}
                      for task, d in protocol["datasets"].items() if task in tasks},
         "results": {task: f"results/{path.name}" for task, path in sorted(results.items())},

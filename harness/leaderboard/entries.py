@@ -16,16 +16,14 @@ the column names of `COLUMNS`; the VHs columns repeat per haystack size N (`vhs_
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness.activation_store import file_sha256
-from harness.constants import ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, VOTE_KS
+from harness.constants import ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, VOTE_KS, vhs_single_size
 from harness.leaderboard.schema import MANIFEST
-from icir_common import UserInputError
+from icir_common import UserInputError, read_json
 
 RESULTS_FOLDER = "results"
 VERIFICATIONS_FOLDER = "verifications"
@@ -55,7 +53,6 @@ VHS_FIELDS: tuple[tuple[str, str], ...] = (
     ("vote_r1", "VHs N={n} best vote R@1"),
     ("vote_k", "VHs N={n} best K"),
 )
-_VHS_SINGLE = re.compile(r"^vhs_single_n(\d+)$")
 
 
 def vhs_columns(sizes: list[int]) -> list[tuple[str, str]]:
@@ -111,13 +108,6 @@ def entry_key(manifest: dict[str, Any]) -> str:
     return f"{name_of(manifest['model'])}/{revision_of(manifest['model'])}"
 
 
-def _json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserInputError(f"cannot read {path}: {err}") from None
-
-
 def _grid(document: dict[str, Any] | None, position: str, n_layers: int, n_heads: int) -> list[list[float]] | None:
     """``{position: {LxxHyy: R@1}}`` (or ``{LxxHyy: R@1}``) as an ``[L][H]`` list."""
     if document is None:
@@ -135,7 +125,7 @@ def _headline_unit(units: dict[str, list[str]]) -> str | None:
 def _result_row(root: Path, manifest: dict[str, Any], unit: str) -> dict[str, Any]:
     """lm-eval's results row of `unit` (a group's row lives in its first task's results file)."""
     tasks = manifest["units"][unit]
-    results = _json(root / manifest["results"][tasks[0]])["results"]
+    results = read_json(root / manifest["results"][tasks[0]])["results"]
     return {key.split(",")[0]: value for key, value in results.get(unit, {}).items()}
 
 
@@ -148,7 +138,7 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
     Raises:
         UserInputError: an unreadable file of the submission or of the verification record.
     """
-    manifest = _json(folder / MANIFEST)
+    manifest = read_json(folder / MANIFEST)
     model = manifest["model"]
     n_layers, n_heads = model["n_layers"], model["n_heads"]
     artifacts = folder / "artifacts"
@@ -168,7 +158,7 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
                 "pointer_r1_median": None, "writer_head": None, "writer_r1": None, "overlap": None,
                 "overlap_chance": None, "overlap_k": k})
     if unit is not None:
-        summary = _json(artifacts / unit / "summary.json")
+        summary = read_json(artifacts / unit / "summary.json")
         position = summary["position"]
         overlap = summary.get("pointer_writer_overlap") or {}
         row.update({
@@ -178,20 +168,20 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
             "writer_head": summary.get("writer_top_head"), "writer_r1": summary.get("writer_r1"),
             "overlap": overlap.get("count"), "overlap_chance": overlap.get("chance"),
         })
-        grids["pointer"] = _grid(_json(artifacts / unit / "pointer_r1.json")["grids"], position, n_layers, n_heads)
-        grids["pointer_eq3"] = _grid(_json(artifacts / unit / "pointer_r1_eq3.json")["grids"], position,
+        grids["pointer"] = _grid(read_json(artifacts / unit / "pointer_r1.json")["grids"], position, n_layers, n_heads)
+        grids["pointer_eq3"] = _grid(read_json(artifacts / unit / "pointer_r1_eq3.json")["grids"], position,
                                      n_layers, n_heads)
         chance["pointer"] = summary["chance_r1"]
         writer_file = artifacts / unit / "writer_r1.json"
         if writer_file.is_file():
-            fit = _json(writer_file)[position]
+            fit = read_json(writer_file)[position]
             grids["writer"] = _grid(fit["writer_r1"], position, n_layers, n_heads)
             chance["writer"] = fit.get("chance")
     sizes, curves, votes = [], {}, {}
-    for task in sorted((t for t in manifest["tasks"] if _VHS_SINGLE.match(t)), key=lambda t: int(t.split("_n")[1])):
-        n = int(_VHS_SINGLE.match(task).group(1))
+    for task in sorted((t for t in manifest["tasks"] if vhs_single_size(t)), key=vhs_single_size):
+        n = vhs_single_size(task)
         sizes.append(n)
-        summary = _json(artifacts / task / "summary.json")
+        summary = read_json(artifacts / task / "summary.json")
         curve = {int(kk): v for kk, v in summary["vote_r1"].items()}
         best_k = max(VOTE_KS, key=lambda kk: (curve.get(kk, -1.0), -kk))
         row.update({f"vhs_n{n}_acc": _result_row(folder, manifest, task).get("acc"),
@@ -203,7 +193,7 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
     row["vhs_sizes"], row["vhs_vote_r1"] = sizes, votes
     dose = None
     if "ablation" in manifest:
-        dose = _json(folder / manifest["ablation"]["cells"])
+        dose = read_json(folder / manifest["ablation"]["cells"])
         drops = [-r["minus_random"] for r in dose if r["arm"] == "overlap" and r["minus_random"] is not None]
         row["ablation_drop"] = sum(drops) / len(drops) if drops else None
     return Entry(entry_key(manifest), row, grids, curves, chance, dose)
@@ -212,7 +202,7 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
 def _badge(folder: Path, verification: Path | None) -> str:
     if verification is None or not verification.is_file():
         return SELF_REPORTED
-    record = _json(verification)
+    record = read_json(verification)
     passed = record.get("passed") is True and record.get("manifest_sha256") == file_sha256(folder / MANIFEST)
     return VERIFIED if passed else SELF_REPORTED
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.activation_store import file_sha256
-from harness.leaderboard.bundle import is_limit_run, read_json, shared_protocol
+from harness.leaderboard.bundle import is_limit_run, shared_protocol
 from harness.leaderboard.checks import Report, load_json
 from harness.leaderboard.recompute import Recomputation
 from harness.leaderboard.schema import (
@@ -24,7 +24,7 @@ from harness.leaderboard.schema import (
     STAGE_KEYS,
 )
 from harness.protocol import PROTOCOL_FILE
-from icir_common import UserInputError
+from icir_common import UserInputError, read_json
 
 
 def _unsafe_name(name: str) -> bool:
