@@ -81,3 +81,15 @@ def test_other_weights_are_refused(shared, submission, tmp_path):
     found = verify(submission, _data(shared), docs=2, seed=0, device="cpu", model_args={"pretrained": str(other)})
     assert any("weights_sha256" in line and "verify with the submitted weights" in line for line in found.failures)
     assert np.isfinite(found.agreement["pointer_image"])
+
+
+def test_unreadable_records_are_refused_before_the_model_loads(shared, submission, tmp_path, capsys):
+    copy = tmp_path / "sub"
+    shutil.copytree(submission, copy)
+    (copy / "artifacts" / TASK / "head_records.safetensors").write_bytes(b"not safetensors")
+    rehash(copy)
+    code = icir_main(["leaderboard", "verify", str(copy), "--metadata", json.dumps(_data(shared)),
+                      "--model_args", "pretrained=/nowhere"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "head_records.safetensors: not a readable safetensors file" in err[0]

@@ -35,7 +35,7 @@ import numpy as np
 from harness.activation_store import file_sha256
 from harness.leaderboard.schema import MANIFEST
 from harness.leaderboard.validate import validate
-from icir_common import UserInputError, write_json
+from icir_common import UserInputError, read_json, write_json
 
 ANSWER_AGREEMENT = 0.95
 HEAD_AGREEMENT = 0.99
@@ -119,12 +119,13 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
     from harness.metrics.pointer import pointer_votes
 
     root = Path(submission)
+    if not root.is_dir():
+        raise UserInputError(f"{root} is not a submission folder; run icir leaderboard validate on it")
     report = validate(root)
-    readable = [line for line in report.failures if "schema" in line or "missing" in line or "not JSON" in line
-                or "not a readable" in line]
-    if readable or not root.is_dir():
-        raise UserInputError(f"{root}: {(readable or ['not a submission folder'])[0]}; run icir leaderboard validate")
-    manifest = json.loads((root / MANIFEST).read_text())
+    manifest = read_json(root / MANIFEST)
+    if any(line.startswith(f"{MANIFEST}:") for line in report.failures):
+        raise UserInputError(f"{root}: {report.failures[0]}; run icir leaderboard validate")
+    submitted = {task: _submitted(root, manifest, task) for task in manifest["tasks"]}
     counts = {task: manifest["datasets"][task]["documents"] for task in manifest["tasks"]}
     # A submission that fails validation is still compared, so the reviewer sees which documents differ.
     found = Verification(documents=sample_documents(counts, docs, seed),
@@ -138,26 +139,28 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
         evaluate(sorted(found.documents), args, metadata=dict(data), samples=found.documents, batch_size=1,
                  gen_kwargs=settings.get("gen_kwargs"), analyze=False, **({"device": device} if device else {}),
                  **kwargs)
-        stored_settings = json.loads((Path(store) / SETTINGS_FILE).read_text())
+        stored_settings = read_json(Path(store) / SETTINGS_FILE)
         opened = ActivationStore(store, stored_settings)
         _check_identity(stored_settings, manifest["model"], found)
         rows = {field: [] for field in DOCUMENT_FIELDS + HEAD_FIELDS}
         for task, ids in found.documents.items():
-            submitted = _submitted(root, task)
             # lm-eval numbers the sampled documents 0..k-1 in dataset order (ids are sorted)
             stored = opened.load(task, range(len(ids)), ["pointer", "pointer_eq3"])
             mine_pointer = {"pointer_image": pointer_votes([d.tensors["pointer"] for d in stored], 0),
                             "pointer_image_eq3": pointer_votes([d.tensors["pointer_eq3"] for d in stored], 0)}
             for index, (doc_id, doc) in enumerate(zip(ids, stored)):
                 answer, correct = record_answer(doc.record)
-                theirs = submitted[doc_id]
                 where = f"{task}:{doc_id}"
+                theirs = submitted[task].get(doc_id)
+                if theirs is None:  # a sampled document the submission lacks disagrees in every field
+                    for name in rows:
+                        rows[name].append((where, 0.0))
+                    continue
                 for name, value in (("answer", answer), ("correct", correct)):
                     rows[name].append((where, float(theirs["document"].get(name) == value)))
-                for name in HEAD_FIELDS:
-                    if theirs["heads"] is None:
-                        continue
-                    rows[name].append((where, _compare(mine_pointer[name][index], theirs["heads"][name])))
+                if theirs["heads"] is not None:  # documents without a target image carry no head records
+                    for name in HEAD_FIELDS:
+                        rows[name].append((where, _compare(mine_pointer[name][index], theirs["heads"][name])))
     for name, values in rows.items():
         if not values:
             continue
@@ -178,18 +181,25 @@ def _check_identity(settings: Mapping[str, Any], model: Mapping[str, Any], found
                                   "verify with the submitted weights")
 
 
-def _submitted(root: Path, task: str) -> dict[int, dict[str, Any]]:
-    """``{doc_id: {"document": documents.jsonl row, "heads": {field: [L, H]} or None}}`` of one task."""
-    from safetensors.numpy import load_file
+def _submitted(root: Path, manifest: Mapping[str, Any], task: str) -> dict[int, dict[str, Any]]:
+    """``{doc_id: {"document": documents.jsonl row, "heads": {field: [L, H]} or None}}`` of one task,
+    read and shape-checked by the validator's own reader (`Recomputation.task_records`).
 
-    folder = root / "artifacts" / task
-    documents = [json.loads(line) for line in (folder / "documents.jsonl").read_text().splitlines() if line.strip()]
-    tensors = load_file(str(folder / "head_records.safetensors"))
-    rows = {int(doc_id): index for index, doc_id in enumerate(tensors["doc_id"].tolist())}
-    return {row["doc_id"]: {"document": row,
-                            "heads": None if row["doc_id"] not in rows else
-                            {name: tensors[name][rows[row["doc_id"]]] for name in HEAD_FIELDS}}
-            for row in documents}
+    Raises:
+        UserInputError: the task's per-document records cannot be read, naming the file and why.
+    """
+    from harness.leaderboard.checks import Report
+    from harness.leaderboard.recompute import Recomputation
+
+    listed = {entry["path"] for entry in manifest["files"] if (root / entry["path"]).is_file()}
+    problems = Report()
+    records = Recomputation(root, manifest, listed, problems).task_records(task)
+    if records is None:
+        raise UserInputError(f"{root}: {problems.failures[0]}; run icir leaderboard validate")
+    scored = [row for row in records.documents if row.get("target_image") is not None]
+    heads = {row["doc_id"]: {"pointer_image": records.pointer[i], "pointer_image_eq3": records.pointer_eq3[i]}
+             for i, row in enumerate(scored)}
+    return {row["doc_id"]: {"document": row, "heads": heads.get(row["doc_id"])} for row in records.documents}
 
 
 def write_record(path: Path, submission: Path, found: Verification, docs: int, seed: int) -> Path:
