@@ -19,6 +19,14 @@ ICIR_MCQ_CONFIGS: tuple[str, ...] = ("n5", "n6")
 ICIR_MCQ_GROUP = "icir_mcq"
 ICIR_MCQ_TASKS: tuple[str, ...] = tuple(f"icir_mcq_{config}" for config in ICIR_MCQ_CONFIGS)
 
+
+
+def icir_mcq_unit(units) -> str | None:
+    """The unit ICIR-MCQ figures are reported on, among `units` (names): the pooled group when
+    present, else the first ``icir_mcq_n*`` task; None without either."""
+    return next((unit for unit in (ICIR_MCQ_GROUP, *ICIR_MCQ_TASKS) if unit in units), None)
+
+
 # Visual Haystacks haystack sizes N (§4.3, App. A): the toolkit's files; multi-needle has no oracle.
 VHS_SINGLE_SIZES: tuple[int, ...] = tuple(DEFAULT_SIZES)
 VHS_MULTI_SIZES: tuple[int, ...] = tuple(n for n in DEFAULT_SIZES if n > 1)

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, vhs_single_size
+from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, icir_mcq_unit, vhs_single_size
 from icir_common import UserInputError, parse_head_name
 
 TABLES = (1, 2, 3, 4, 5, 6, 10, 11, 13)
@@ -86,15 +86,19 @@ class Run:
         except json.JSONDecodeError as err:
             raise UserInputError(f"{path} is not valid JSON ({err}); rerun icir analyze {self.folder}") from None
 
+    def units(self) -> set[str]:
+        """Names of the tasks and groups the run wrote artifacts of."""
+        return {p.name for p in self.artifacts.iterdir() if self.has(p.name)} if self.artifacts.is_dir() else set()
+
     def summary(self, unit: str) -> dict:
         """The unit's ``summary.json`` (`harness.artifacts.summary`)."""
         return self.read(unit, "summary.json", f"run icir analyze {self.folder}")
 
     def icir_unit(self) -> str:
         """The ICIR-MCQ unit: the pooled group when present, else the first ``icir_mcq_n*`` task."""
-        for unit in (ICIR_MCQ_GROUP, *ICIR_MCQ_TASKS):
-            if self.has(unit):
-                return unit
+        unit = icir_mcq_unit(self.units())
+        if unit is not None:
+            return unit
         raise UserInputError(
             f"{self.folder} has no ICIR-MCQ artifacts ({ARTIFACTS_FOLDER}/{ICIR_MCQ_GROUP} or "
             f"{'/'.join(ICIR_MCQ_TASKS)}); run icir eval --tasks {ICIR_MCQ_GROUP} --output_path {self.folder.parent}"
@@ -102,9 +106,7 @@ class Run:
 
     def vhs_sizes(self) -> list[int]:
         """Haystack sizes N of the ``vhs_single_n{N}`` tasks this run has artifacts of."""
-        if not self.artifacts.is_dir():
-            return []
-        return sorted(n for p in self.artifacts.iterdir() if (n := vhs_single_size(p.name)) and self.has(p.name))
+        return sorted(n for unit in self.units() if (n := vhs_single_size(unit)))
 
     def vhs_unit(self, size: int) -> str:
         """``vhs_single_n{size}``, or an error saying how to run it with the ICIR-MCQ ranking."""
@@ -115,8 +117,8 @@ class Run:
 
     def transfer_command(self, task: str) -> str:
         """The §4.3 transfer run: a VHs task voting with an ICIR-MCQ run's ranking and probes."""
-        source = next((self.artifacts / u for u in (ICIR_MCQ_GROUP, *ICIR_MCQ_TASKS) if self.has(u)), None)
-        source = source or Path("<ICIR-MCQ run>") / ARTIFACTS_FOLDER / ICIR_MCQ_GROUP
+        unit = icir_mcq_unit(self.units())
+        source = self.artifacts / unit if unit else Path("<ICIR-MCQ run>") / ARTIFACTS_FOLDER / ICIR_MCQ_GROUP
         probes = f",writer_probes={source / 'writer_probes'}" if (source / "writer_probes").is_dir() else ""
         return (f"icir eval --tasks {task} --model_args heads_ranking={source / 'pointer_ranking.json'}{probes} "
                 f"--output_path {self.folder.parent}")

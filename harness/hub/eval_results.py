@@ -29,7 +29,7 @@ import yaml
 from huggingface_hub import EvalResultEntry, eval_result_entries_to_yaml
 from huggingface_hub.constants import EVAL_RESULTS_FOLDER
 
-from harness.constants import ICIR_MCQ_GROUP, ICIR_MCQ_TASKS
+from harness.constants import ICIR_MCQ_GROUP, icir_mcq_unit
 from harness.leaderboard.entries import load_entry
 from harness.leaderboard.schema import MANIFEST
 from icir_common import UserInputError, atomic_file, read_json
@@ -82,11 +82,10 @@ def benchmark_tasks(kind: str, configs: Sequence[str]) -> list[tuple[str, str]]:
 
 def _icir_config(units: dict[str, list[str]]) -> str | None:
     """The ICIR-MCQ config of the headline unit `harness.leaderboard.entries.load_entry` reports."""
-    if ICIR_MCQ_GROUP in units:
-        tasks = units[ICIR_MCQ_GROUP]
-        return POOLED_CONFIG if len(tasks) > 1 else tasks[0].removeprefix(f"{ICIR_MCQ_GROUP}_")
-    task = next((task for task in ICIR_MCQ_TASKS if task in units), None)
-    return None if task is None else task.removeprefix(f"{ICIR_MCQ_GROUP}_")
+    unit = icir_mcq_unit(units)
+    if unit == ICIR_MCQ_GROUP and len(units[unit]) > 1:
+        return POOLED_CONFIG
+    return None if unit is None else units[unit][0].removeprefix(f"{ICIR_MCQ_GROUP}_")
 
 
 def _date(folder: Path, manifest: dict[str, Any]) -> str | None:

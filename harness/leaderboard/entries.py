@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.activation_store import file_sha256
-from harness.constants import ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, VOTE_KS, vhs_single_size
+from harness.constants import TOP_K_SETS, VOTE_KS, icir_mcq_unit, vhs_single_size
 from harness.leaderboard.schema import MANIFEST
 from icir_common import UserInputError, read_json
 
@@ -116,12 +116,6 @@ def _grid(document: dict[str, Any] | None, position: str, n_layers: int, n_heads
     return [[names.get(f"L{layer:02d}H{head:02d}") for head in range(n_heads)] for layer in range(n_layers)]
 
 
-def _headline_unit(units: dict[str, list[str]]) -> str | None:
-    if ICIR_MCQ_GROUP in units:
-        return ICIR_MCQ_GROUP
-    return next((task for task in ICIR_MCQ_TASKS if task in units), None)
-
-
 def _result_row(root: Path, manifest: dict[str, Any], unit: str) -> dict[str, Any]:
     """lm-eval's results row of `unit` (a group's row lives in its first task's results file)."""
     tasks = manifest["units"][unit]
@@ -152,7 +146,7 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
     }
     grids: dict[str, Any] = {"pointer": None, "pointer_eq3": None, "writer": None}
     chance: dict[str, float | None] = {"pointer": None, "writer": None}
-    unit = _headline_unit(manifest["units"])
+    unit = icir_mcq_unit(manifest["units"])
     k = min(TOP_K_SETS, n_layers * n_heads)
     row.update({"icir_mcq_acc": None, "pointer_head": None, "pointer_r1": None, "pointer_r1_eq3": None,
                 "pointer_r1_median": None, "writer_head": None, "writer_r1": None, "overlap": None,
