@@ -132,8 +132,12 @@ def build_grid(pointer: Sequence[str], writer: Sequence[str] | None, n_layers: i
     return Grid(cells, arms, short, notes)
 
 
+def cell_records(grid: Grid) -> list[dict]:
+    """The grid's cells as ``grid.json`` lists them: name, arm, k, seed, heads."""
+    return [{"name": c.name, "arm": c.arm, "k": c.k, "seed": c.seed, "heads": list(c.heads)} for c in grid.cells]
+
+
 def grid_json(grid: Grid) -> str:
     """The grid's arms, cells and notes as JSON (the run's ``ablation/grid.json``)."""
-    return json.dumps({"arms": grid.arms, "short": grid.short, "notes": grid.notes,
-                       "cells": [{"name": c.name, "arm": c.arm, "k": c.k, "seed": c.seed, "heads": list(c.heads)}
-                                 for c in grid.cells]}, indent=2) + "\n"
+    return json.dumps({"arms": grid.arms, "short": grid.short, "notes": grid.notes, "cells": cell_records(grid)},
+                      indent=2) + "\n"

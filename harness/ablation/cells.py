@@ -72,23 +72,22 @@ def _suffix_positions(model, inputs, start: int, end: int, rows: int) -> torch.T
     return positions[..., start:end].expand(-1, rows, -1)
 
 
-def _fork(cache, rows: torch.Tensor | int):
-    """A cache whose layers start as `cache`'s: repeated `rows` times, or only row indices `rows`.
+def _repeated(cache, rows: int):
+    """A cache holding `cache`'s positions `rows` times over (batch dimension); `cache` is left as it is.
 
-    `cache` is left as it is: the batch operations of a transformers ``DynamicCache`` replace
-    each layer's tensors rather than writing into them, so a shallow copy of the layers is enough.
+    The batch operations of a transformers ``DynamicCache`` replace each layer's tensors rather
+    than writing into them, so a shallow copy of the layers is enough.
     """
     fork = copy.copy(cache)
     fork.layers = [copy.copy(layer) for layer in cache.layers]
-    if isinstance(rows, int):
-        fork.batch_repeat_interleave(rows)
-    else:
-        fork.batch_select_indices(rows)
+    fork.batch_repeat_interleave(rows)
     return fork
 
 
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
+def _on_device(model, inputs) -> tuple[torch.device, dict]:
+    """The model's device and `inputs` (a processor's ``BatchFeature`` or dict) moved onto it."""
+    device = next(model.parameters()).device
+    return device, {name: value.to(device) if hasattr(value, "to") else value for name, value in inputs.items()}
 
 
 @torch.no_grad()
@@ -111,8 +110,7 @@ def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: i
     Returns:
         Per cell the generated ids, first token included.
     """
-    device = _device(model)
-    inputs = {name: value.to(device) if hasattr(value, "to") else value for name, value in inputs.items()}
+    device, inputs = _on_device(model, inputs)
     end = layout.last + 1
     cache = transformers.DynamicCache(config=model.config)
     model(**_tokens(inputs, start), cache=cache, use_cache=True)
@@ -132,7 +130,7 @@ def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: i
                 positions = torch.arange(start, end, device=device)[None].expand(len(rows), -1)
             routing = shared_prefix(decoder, cache)
         else:
-            own = _fork(cache, len(rows))
+            own = _repeated(cache, len(rows))
             routing = contextlib.nullcontext()
         attention = torch.ones(len(rows), end - (start if share else 0), dtype=torch.long, device=device)
         with routing, ablate_heads(model, rows, (0, None), through_generation, per_row=True):
@@ -148,10 +146,7 @@ def prefix_shared_cells(model, tokenizer, inputs, layout: SampleLayout, start: i
 def full_forward_cells(model, tokenizer, inputs, layout: SampleLayout, start: int, cells: Sequence[Sequence[str]],
                        settings: GreedySettings, through_generation: bool = False) -> list[list[int]]:
     """`prefix_shared_cells` without sharing: one full forward per cell, heads zeroed from `start`."""
-    device = _device(model)
-    inputs = {name: value.to(device) if hasattr(value, "to") else value for name, value in inputs.items()}
-    end = layout.last + 1
-    inputs = _tokens(inputs, end)
+    inputs = _tokens(_on_device(model, inputs)[1], layout.last + 1)
     generated = []
     for heads in cells:
         cache = transformers.DynamicCache(config=model.config)

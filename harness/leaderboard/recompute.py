@@ -380,9 +380,8 @@ class Recomputation:
         (accuracy, drops, random means, McNemar p) from the per-document outcomes."""
         from types import SimpleNamespace
 
-        from harness.ablation.arms import build_grid
+        from harness.ablation.arms import build_grid, cell_records
         from harness.ablation.results import grid_stats, outcome_rows
-        from harness.metrics.rankings import ranking_names
 
         spec = self.manifest.get("ablation")
         if not spec:
@@ -392,23 +391,18 @@ class Recomputation:
             return
         try:
             settings = documents["protocol"]["ablation"]
-            orders = []
-            for name in ("pointer_ranking.json", "writer_ranking.json"):
-                relative = f"artifacts/{spec['unit']}/{name}"
-                document = self.json(relative) if relative in self.listed or name.startswith("pointer") else None
-                flat = None if document is None else _ranking(document, relative, self.n_layers, self.n_heads,
-                                                              self.report)
-                orders.append(None if flat is None else ranking_names(flat, self.n_heads))
-            if orders[0] is None:
+            folder = f"artifacts/{spec['unit']}"
+            pointer = self._ranking_names(f"{folder}/pointer_ranking.json")
+            writer_file = f"{folder}/writer_ranking.json"  # optional: without it only the pointer arm runs
+            writer = self._ranking_names(writer_file) if writer_file in self.listed else None
+            if pointer is None:
                 return
-            grid = build_grid(orders[0], orders[1], self.n_layers, self.n_heads, settings["ks"], settings["seeds"],
+            grid = build_grid(pointer, writer, self.n_layers, self.n_heads, settings["ks"], settings["seeds"],
                               settings["top"])
         except (KeyError, TypeError, UserInputError) as err:
             self.report.fail(f"{spec['protocol']}: not an ablation protocol record ({err})")
             return
-        expected = [{"name": c.name, "arm": c.arm, "k": c.k, "seed": c.seed, "heads": list(c.heads)}
-                    for c in grid.cells]
-        if documents["grid"].get("cells") != expected:
+        if documents["grid"].get("cells") != cell_records(grid):
             self.report.fail(f"{spec['grid']}: its cells are not the set partition and random controls of "
                              f"{spec['unit']}'s rankings")
             return
@@ -440,6 +434,14 @@ class Recomputation:
                 if not same:
                     self.report.fail(f"{where}: {key} reported {other}, recomputed from the per-document "
                                      f"outcomes {value}")
+
+    def _ranking_names(self, relative: str) -> list[str] | None:
+        """A listed ranking file's heads as ``LxxHyy`` names, best first (None after failure lines)."""
+        from harness.metrics.rankings import ranking_names
+
+        document = self.json(relative)
+        flat = None if document is None else _ranking(document, relative, self.n_layers, self.n_heads, self.report)
+        return None if flat is None else ranking_names(flat, self.n_heads)
 
     def _jsonl(self, relative: str) -> list[dict] | None:
         if relative not in self.listed:
