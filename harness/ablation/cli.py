@@ -87,7 +87,7 @@ def run_ablate(args: argparse.Namespace) -> int:
         raise UserInputError(f"--limit must be at least 1, got {args.limit}")
     from harness.demo_model import default_model_path
 
-    pretrained = str(model_args.get("pretrained") or default_model_path())
+    pretrained = model_args["pretrained"] = str(model_args.get("pretrained") or default_model_path())
     spec = AblationSpec(
         tasks=[t.strip() for t in args.tasks.split(",") if t.strip()], rankings=args.rankings,
         output=args.output_path / model_name(pretrained), model_args=model_args, metadata=metadata,

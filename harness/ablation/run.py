@@ -43,7 +43,7 @@ class AblationSpec:
         tasks: ``vhs_single_n{N}`` task names.
         rankings: an ICIR-MCQ run's unit folder (``icir_artifacts/icir_mcq``).
         output: the run folder; results go to ``output/ablation/``.
-        model_args: ``hf-multimodal-heads`` arguments (``pretrained``, ``image_budget``, ...).
+        model_args: ``hf-multimodal-heads`` arguments (``pretrained``, required, ``image_budget``, ...).
         metadata: task metadata (``{"vhs_data": DIR}``).
         ks, seeds, top: the grid (`arms.build_grid`).
         limit: documents per task (None: all).
@@ -197,11 +197,8 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
     from harness.lm_eval_plugin.model import HFMultimodalHeadsLM
     from vhs_adapter.scoring import is_correct, parse_yes_no
 
-    from harness.demo_model import default_model_path
-
     sizes = {task: haystack_size(task) for task in spec.tasks}
-    pretrained = str(spec.model_args.get("pretrained") or default_model_path())
-    n_layers, n_heads = model_shape(pretrained)
+    n_layers, n_heads = model_shape(spec.model_args["pretrained"])
     pointer, writer = load_rankings(spec.rankings, n_layers, n_heads)
     grid = build_grid(pointer, writer, n_layers, n_heads, spec.ks, spec.seeds, spec.top)
     rank, world = rank_and_world()
@@ -210,7 +207,7 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
     # gets its own throwaway one (icir eval's data-parallel processes must share theirs).
     scratch = tempfile.mkdtemp(prefix="icir-ablate-")
     atexit.register(shutil.rmtree, scratch, True)
-    lm = HFMultimodalHeadsLM(**{**spec.model_args, "pretrained": pretrained, "store": scratch})
+    lm = HFMultimodalHeadsLM(**{**spec.model_args, "store": scratch})
     eos = lm.tok_decode(lm.eot_token_id, skip_special_tokens=False)
     settings = {
         "capture": {k: v for k, v in lm.capture_settings().items() if k not in ("readout",)},
@@ -226,12 +223,8 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
     bar = tqdm(total=todo * len(grid.cells), desc="ablation cells", unit="cell")
     fallback: set[str] = set()
     for task in spec.tasks:
+        _refuse_changed_documents(spec.folder, task, requests[task], logs[task])
         pending = [i for i in requests[task] if i.doc_id not in logs[task].done]
-        for instance in requests[task]:
-            row = logs[task].done.get(instance.doc_id)
-            if row is not None and row["fingerprint"] != _fingerprint(instance):
-                raise UserInputError(f"{spec.folder}: {task} doc {instance.doc_id} changed since it was run "
-                                     "(its fingerprint differs); choose another --output_path")
         for instance, doc, inputs, layout, start in _documents(lm, pending):
             decoding = greedy_settings(instance.args[1], eos, lm.max_gen_toks)
             why = can_share_prefix(layout, start) if spec.share_prefix else "prefix sharing is off"
@@ -280,7 +273,12 @@ def _open_log(folder: Path, task: str, rank: int, world: int) -> OutcomeLog:
     return log
 
 
-def _fingerprint(instance) -> str:
+def _refuse_changed_documents(folder: Path, task: str, instances, log: OutcomeLog) -> None:
+    """A resumed run's finished documents must be the dataset's documents as they are now."""
     from harness.lm_eval_plugin.documents import doc_input
 
-    return doc_input(instance).fingerprint
+    for instance in instances:
+        row = log.done.get(instance.doc_id)
+        if row is not None and row["fingerprint"] != doc_input(instance).fingerprint:
+            raise UserInputError(f"{folder}: {task} doc {instance.doc_id} changed since it was run "
+                                 "(its fingerprint differs); choose another --output_path")
