@@ -180,15 +180,20 @@ def _os_error(err: OSError, out: Path) -> UserInputError:
                           "permissions and free disk space)")
 
 
+def build_kind(folder: str | os.PathLike) -> str | None:
+    """The kind `atomic_output_dir` marked `folder` with (its `BUILD_MARKER`), None when unmarked or unreadable."""
+    try:
+        kind = json.loads((Path(folder) / BUILD_MARKER).read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if isinstance(kind, str) else None
+
+
 def _check_overwrite(out: Path, kind: str) -> None:
     if out.is_symlink() or not out.is_dir():
         raise UserInputError(f"--out {out} exists and is not a folder; --overwrite replaces only a folder "
                              "built earlier by the same command, choose another --out")
-    marker = out / BUILD_MARKER
-    try:
-        found = json.loads(marker.read_text(encoding="utf-8")).get("kind")
-    except (OSError, ValueError, AttributeError):
-        found = None
+    found = build_kind(out)
     if found != kind:
         what = f"a {found} build" if found else f"no {BUILD_MARKER} marker"
         raise UserInputError(f"--out {out} holds {what}, not an earlier {kind} build; --overwrite replaces only "

@@ -44,7 +44,14 @@ from huggingface_hub.errors import HfHubHTTPError, HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from harness.hub.eval_results import KINDS, POOLED_CONFIG, SPLIT, benchmark_tasks, extend_submit
-from icir_common import BUILD_MARKER, UserInputError, atomic_output_dir, check_relative, inside_root
+from icir_common import (
+    BUILD_MARKER,
+    UserInputError,
+    atomic_output_dir,
+    build_kind,
+    check_relative,
+    inside_root,
+)
 
 EVAL_YAML = "eval.yaml"
 CARD = "README.md"
@@ -147,12 +154,9 @@ def read_build(folder: str | os.PathLike) -> Build:
         raise UserInputError(f"{folder} is not a folder; give a folder built by icir build-mcq or icir build-vhs")
     if _TMP_FOLDER.match(folder.resolve().name):
         raise UserInputError(f"{folder} is the working folder of an unfinished build; give the finished --out folder")
-    try:
-        kind = json.loads((folder / BUILD_MARKER).read_text(encoding="utf-8")).get("kind")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-        kind = None
+    kind = build_kind(folder)
     if kind not in KINDS:
-        what = f"a {kind} build" if isinstance(kind, str) else f"no readable {BUILD_MARKER} marker"
+        what = f"a {kind} build" if kind else f"no readable {BUILD_MARKER} marker"
         raise UserInputError(f"{folder} holds {what}, not a finished ICIR-MCQ or VHs build; give a folder built by "
                              "icir build-mcq or icir build-vhs")
     card_path = folder / CARD

@@ -42,7 +42,7 @@ from harness.leaderboard.entries import (
 )
 from harness.leaderboard.validate import load_config, validate
 from harness.protocol import PROTOCOL
-from icir_common import BUILD_MARKER, UserInputError, atomic_file, atomic_output_dir, check_out_dir
+from icir_common import BUILD_MARKER, UserInputError, atomic_file, atomic_output_dir, build_kind, check_out_dir
 
 SITE_KIND = "leaderboard-site"
 INDEX, ROWS_JSON, ROWS_PARQUET, MODELS = "index.html", "leaderboard.json", "leaderboard.parquet", "models"
@@ -237,13 +237,8 @@ def _check_out(out: Path, leaderboard: Path) -> None:
     if not out.exists() and not out.is_symlink():
         return
     if out.is_dir() and not out.is_symlink():
-        if not any(out.iterdir()):
+        if not any(out.iterdir()) or build_kind(out) == SITE_KIND:
             return
-        try:
-            if json.loads((out / BUILD_MARKER).read_text(encoding="utf-8")).get("kind") == SITE_KIND:
-                return
-        except (OSError, ValueError, AttributeError):
-            pass  # no readable marker: not a site build
     raise UserInputError(f"--out {out} exists and is not an earlier leaderboard site (no {BUILD_MARKER} of kind "
                          f"{SITE_KIND!r}); choose another --out or remove it yourself")
 
