@@ -19,6 +19,7 @@ SUBCOMMAND_MODULES = (
     "harness.demo_model.cli",
     "harness.report",
     "harness.ablation.cli",
+    "harness.retrievers.cli",
     "harness.leaderboard.cli",
     "harness.hub.publish",
 )

@@ -12,8 +12,9 @@ on the demo model. A tiny random Qwen3-VL of the demo model's shape is evaluated
 the leaderboard has a second entry, and ``icir compare`` sets the two rankings side by side
 (Table 4). Both runs are submitted into ``OUT/leaderboard`` (the MTEB-like
 ``results/<org__model>/<revision>/`` layout), validated, a seeded sample of the demo model's
-documents is re-run and compared (``icir leaderboard verify``), and the static site is built into
-``OUT/site``.
+documents is re-run and compared (``icir leaderboard verify``), external retrievers (untrained
+tiny CLIP and SigLIP, and the random Qwen3-VL as an embedder) are scored on the same VHs N=10
+documents (``icir retrievers``, Table 2), and the static site is built into ``OUT/site``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from harness.demo_model.pipeline import (
 
 SECOND_ARCH, SECOND_MODEL, SECOND_SIDE = "qwen3_vl", "tiny-random-qwen3-vl", 64
 VERIFY_DOCS = 20
+RETRIEVER_SIZE = 10  # Table 2's haystack size
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -100,7 +102,27 @@ def _leaderboard(args: argparse.Namespace, main, models: list[Path]) -> int:
                        "--model_args", f"pretrained={models[0]}"], main)
     if code:
         return code
+    code = _retrievers(args, main, models, board)
+    if code:
+        return code
     return run_shown(["leaderboard", "build", str(board), "--out", str(args.out / "site")], main)
+
+
+def _retrievers(args: argparse.Namespace, main, models: list[Path], board: Path) -> int:
+    """Table 2: untrained tiny CLIP and SigLIP and the tiny random Qwen3-VL as a VLM embedder,
+    on the VHs N=10 documents of both runs, beside each run's single pointer head."""
+    from harness.model_names import model_name
+    from harness.tiny_models.retrievers import save_tiny_retriever
+
+    stand_ins = {kind: save_tiny_retriever(kind, args.out / "models" / f"tiny-random-{kind}", seed=0, overwrite=True)
+                 for kind in ("clip", "siglip")}
+    print("\nExternal retrievers on the same VHs documents (Table 2). Untrained tiny stand-ins for CLIP, SigLIP "
+          "and Qwen3-VL-Embedding (the random Qwen3-VL), so expect chance; point --retriever at real checkpoints:")
+    return run_shown(["retrievers", *(str(args.out / "eval" / model_name(m)) for m in models),
+                      "--retriever", f"clip={stand_ins['clip']}", "--retriever", f"siglip={stand_ins['siglip']}",
+                      "--retriever", f"qwen3vl-embedding={models[1]}", "--tasks", f"vhs_single_n{RETRIEVER_SIZE}",
+                      "--metadata", json.dumps({"vhs_data": str(args.out / "vhs")}), "--device", "cpu",
+                      "--output_path", str(args.out / "eval" / "retrievers"), "--leaderboard", str(board)], main)
 
 
 def register(subparsers) -> None:

@@ -16,7 +16,7 @@ import difflib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,39 @@ def check_task_names(tasks: Iterable[str], known: Sequence[str]) -> list[str]:
             hint = f"did you mean {' or '.join(close)}?" if close else f"choose from {', '.join(known)}"
             raise UserInputError(f"unknown task {name!r}; {hint}")
     return names
+
+
+
+def task_requests(tasks: Sequence[str], metadata: Mapping[str, Any], limit: int | None = None, rank: int = 0,
+                  world_size: int = 1) -> dict[str, list]:
+    """``{task: [lm-eval Instance, ...]}`` in doc order: each task's requests as lm-eval builds
+    them for ``icir eval`` (same records, prompts and image inputs), without loading a model.
+
+    Args:
+        tasks: task names (comma-separated entries split).
+        metadata: lm-eval ``--metadata`` (``vhs_data``, ``icir_mcq_data``, ``coco_root``).
+        limit: the first `limit` documents of each task, as lm-eval's ``--limit``.
+        rank, world_size: lm-eval's document sharding across processes.
+
+    Raises:
+        UserInputError: an unknown task, a missing dataset folder (`check_data_folders`), or a
+            config the folder was not built with.
+    """
+    from harness.tasks.utils import check_data_folders
+
+    manager = task_manager(dict(metadata))
+    names = check_task_names(tasks, manager.all_tasks)
+    check_data_folders(names, dict(metadata))
+    try:
+        task_dict = manager.load(list(names))["tasks"]
+    except (FileNotFoundError, ValueError) as err:
+        raise UserInputError(f"cannot load {', '.join(names)}: {err} (was haystack size N built in the VHs folder?)")
+    requests = {}
+    for name in names:
+        task = task_dict[name]
+        task.build_all_requests(limit=limit, rank=rank, world_size=world_size)
+        requests[name] = sorted(task.instances, key=lambda i: i.doc_id)
+    return requests
 
 
 # Keyword arguments of transformers' from_pretrained that HFLM passes on (beyond its own parameters).

@@ -96,32 +96,21 @@ def model_shape(pretrained: str) -> tuple[int, int]:
 
 def task_requests(tasks: Sequence[str], metadata: Mapping[str, Any], limit: int | None, rank: int = 0,
                   world_size: int = 1) -> dict[str, list]:
-    """``{task: [lm-eval Instance, ...]}``: each task's requests as lm-eval builds them for icir eval.
+    """``{task: [lm-eval Instance, ...]}``: each task's requests as lm-eval builds them for icir eval
+    (`harness.evaluation.task_requests`), every document with an ablation start.
 
     Raises:
-        UserInputError: an unknown task or a missing dataset folder or config (`check_data_folders`),
-            or a document without ``ablation_start_char``.
+        UserInputError: see `harness.evaluation.task_requests`, or a document without
+            ``ablation_start_char``.
     """
-    from harness.evaluation import check_task_names, task_manager
-    from harness.tasks.utils import check_data_folders
+    from harness.evaluation import task_requests as built_requests
 
-    manager = task_manager(dict(metadata))
-    names = check_task_names(tasks, manager.all_tasks)
-    check_data_folders(names, dict(metadata))
-    try:
-        task_dict = manager.load(list(names))["tasks"]
-    except (FileNotFoundError, ValueError) as err:
-        raise UserInputError(f"cannot load {', '.join(names)}: {err} (was haystack size N built in the VHs folder?)")
-    requests = {}
-    for name in names:
-        task = task_dict[name]
-        task.build_all_requests(limit=limit, rank=rank, world_size=world_size)
-        instances = sorted(task.instances, key=lambda i: i.doc_id)
+    requests = built_requests(tasks, metadata, limit, rank, world_size)
+    for name, instances in requests.items():
         missing = [i.doc_id for i in instances if i.doc.get("ablation_start_char") is None]
         if missing:
             raise UserInputError(f"{name}: documents {missing[:5]} have no ablation_start_char; rebuild the VHs "
                                  "folder with this package's build-vhs")
-        requests[name] = instances
     return requests
 
 

@@ -68,7 +68,8 @@ class Entry:
         key: ``<org__model>/<revision>``, its path under ``results/`` (also its page's name).
         row: ``{column: value}`` for `COLUMNS`, the VHs columns of its sizes, and ``submitter``,
             ``link``, ``protocol``, ``on_protocol``, ``deviations``, ``n_parameters``,
-            ``architecture``, ``overlap_k``, ``vhs_sizes``, ``vhs_vote_r1`` (``{N: {K: R@1}}``).
+            ``architecture``, ``overlap_k``, ``vhs_sizes``, ``vhs_vote_r1`` (``{N: {K: R@1}}``),
+            ``dataset_fingerprints`` (``{task: fingerprint}`` of the evaluated documents).
         grids: ``{"pointer": [L][H], "pointer_eq3": [L][H], "writer": [L][H] | None}`` R@1 of each
             head on ICIR-MCQ (``LxxHyy`` is row xx, column yy).
         vote_curves: ``{unit: {"pointer": {K: R@1}, "writer": {K: R@1} | None}}`` per VHs task.
@@ -143,6 +144,7 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
         "submitter": manifest.get("submitter"), "link": manifest.get("link"),
         "protocol": manifest["protocol"]["protocol"], "on_protocol": manifest["protocol"]["on_protocol"],
         "deviations": manifest["protocol"]["deviations"], "ablation_drop": None,
+        "dataset_fingerprints": {task: record["fingerprint"] for task, record in manifest["datasets"].items()},
     }
     grids: dict[str, Any] = {"pointer": None, "pointer_eq3": None, "writer": None}
     chance: dict[str, float | None] = {"pointer": None, "writer": None}

@@ -3,11 +3,13 @@
 The site works from ``file://``, GitHub Pages or a static Hugging Face Space: plain HTML files,
 inline CSS and JavaScript, local PNGs, nothing fetched from the network::
 
-    index.html                    the table: one row per submission, sortable, filterable by family
+    index.html                    the table: one row per submission, sortable, filterable by family;
+                                  below it the external retrievers (``retrievers/*.json``), if any
     models/<page>.html            one page per submission: figures, protocol, deviations
     models/<page>/*.png           its figures (`harness.plots`)
     leaderboard.json              the rows (sorted keys), in the table's order
     leaderboard.parquet           the rows' scalar fields, one column each
+    retrievers.json               the external-retriever rows (only when there are any)
 
 Every file is a pure function of the leaderboard folder: the same submissions give the same
 bytes (no timestamps, sorted iteration, PNGs without a Software chunk). Every submitted string
@@ -40,12 +42,14 @@ from harness.leaderboard.entries import (
     verification_path,
     vhs_columns,
 )
+from harness.leaderboard.retrievers import retriever_rows
 from harness.leaderboard.validate import load_config, validate
 from harness.protocol import PROTOCOL
 from icir_common import BUILD_MARKER, UserInputError, atomic_file, atomic_output_dir, build_kind, check_out_dir
 
 SITE_KIND = "leaderboard-site"
 INDEX, ROWS_JSON, ROWS_PARQUET, MODELS = "index.html", "leaderboard.json", "leaderboard.parquet", "models"
+RETRIEVERS_JSON = "retrievers.json"  # the external-retriever rows, when the leaderboard has any
 MISSING = "\u2013"  # en dash
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_PAGE_NAME = 120  # well under the 255-byte file-name limit, with room for the hash suffix
@@ -192,7 +196,8 @@ def build_site(leaderboard: str | os.PathLike, out: str | os.PathLike,
 
     Args:
         leaderboard: a folder laid out as `harness.leaderboard.entries` describes
-            (``results/<org__model>/<revision>/``, optional ``verifications/``).
+            (``results/<org__model>/<revision>/``, optional ``verifications/``), and optional
+            external-retriever records ``retrievers/*.json`` (`harness.leaderboard.retrievers`).
         out: the site folder; it may be absent, empty, or an earlier build of this command
             (replaced whole). Written through a temporary folder beside it and renamed, so a
             failed build leaves `out` as it was.
@@ -204,8 +209,9 @@ def build_site(leaderboard: str | os.PathLike, out: str | os.PathLike,
     Raises:
         UserInputError: a malformed leaderboard folder, a submission that fails validation
             (naming it and its first failure; nothing is written), a submission folder that is
-            not where its manifest says it belongs, `out` overlapping `leaderboard`, or `out`
-            holding anything but an earlier site build.
+            not where its manifest says it belongs, a retriever record that fails its check
+            (`retriever_rows`), `out` overlapping `leaderboard`, or `out` holding anything but an
+            earlier site build.
     """
     leaderboard, out = Path(leaderboard), Path(out)
     _check_out(out, leaderboard)
@@ -226,8 +232,9 @@ def build_site(leaderboard: str | os.PathLike, out: str | os.PathLike,
     entries.sort(key=_sort_order)
     if out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
         out.rmdir()  # an empty folder is as good as none; atomic_output_dir replaces only marked builds
+    retrievers = retriever_rows(leaderboard)
     with atomic_output_dir(out, overwrite=True, kind=SITE_KIND, inputs=[("SUBMISSIONS_DIR", leaderboard)]) as tmp:
-        _write_site(tmp, entries)
+        _write_site(tmp, entries, retrievers)
     return out / INDEX
 
 
@@ -243,17 +250,19 @@ def _check_out(out: Path, leaderboard: Path) -> None:
                          f"{SITE_KIND!r}); choose another --out or remove it yourself")
 
 
-def _write_site(root: Path, entries: list[Entry]) -> None:
+def _write_site(root: Path, entries: list[Entry], retrievers: list[dict[str, Any]]) -> None:
     taken: set[str] = set()
     pages = [page_name(entry.key, taken) for entry in entries]
     sizes = sorted({n for entry in entries for n in entry.row["vhs_sizes"]})
     columns = list(COLUMNS) + vhs_columns(sizes)
     for entry, page in zip(entries, pages):
         _write_model_page(root / MODELS, page, entry)
-    _write_text(root / INDEX, _index_html(entries, pages, columns))
+    _write_text(root / INDEX, _index_html(entries, pages, columns, retrievers))
     rows = [{"key": entry.key, "page": f"{MODELS}/{page}.html", **entry.row} for entry, page in zip(entries, pages)]
     _write_text(root / ROWS_JSON, json.dumps(rows, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
     _write_parquet(root / ROWS_PARQUET, rows)
+    if retrievers:
+        _write_text(root / RETRIEVERS_JSON, json.dumps(retrievers, indent=2, sort_keys=True) + "\n")
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -312,7 +321,29 @@ def _cell(column: str, entry: Entry, page: str) -> str:
     return f"<td{number}{sort}>{html.escape(format_value(value))}</td>"
 
 
-def _index_html(entries: list[Entry], pages: list[str], columns: list[tuple[str, str]]) -> str:
+def _retrievers_html(rows: list[dict[str, Any]], entries: list[Entry]) -> str:
+    """The external-retriever table (Table 2's right half), each row naming the submissions that
+    evaluated the same documents (equal dataset fingerprint)."""
+    if not rows:
+        return ""
+    body = ""
+    for row in rows:
+        same = [entry.row["model"] for entry in entries
+                if entry.row["dataset_fingerprints"].get(row["task"]) == row["fingerprint"]]
+        cells = [html.escape(row["retriever"]), html.escape(row["kind"]), html.escape(row["task"]),
+                 str(row["documents"]), format_value(row["r1"]), html.escape(", ".join(same) or MISSING)]
+        body += "<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>\n"
+    heads = "".join(f'<th scope="col">{h}</th>' for h in
+                    ("Retriever", "Kind", "Task", "Documents", "R@1", "Same documents as"))
+    return ("<h2>External retrievers</h2>\n<p>Text-to-image retrieval R@1 inside each Visual Haystacks haystack "
+            "(anchor query against every image, cosine, argmax; §4.3, Table 2), recomputed from each haystack's "
+            "pick, beside the submissions that evaluated the same documents.</p>\n"
+            f'<div class="scroll"><table id="retrievers">\n<thead><tr>{heads}</tr></thead>\n<tbody>\n{body}'
+            "</tbody>\n</table></div>\n")
+
+
+def _index_html(entries: list[Entry], pages: list[str], columns: list[tuple[str, str]],
+                retrievers: list[dict[str, Any]]) -> str:
     numeric = {column for column, _ in columns
                if any(_is_number(e.row.get(column)) for e in entries)
                and all(e.row.get(column) is None or _is_number(e.row.get(column)) for e in entries)}
@@ -336,7 +367,8 @@ def _index_html(entries: list[Entry], pages: list[str], columns: list[tuple[str,
         f'<span id="shown">{len(entries)} of {len(entries)} submissions shown</span></div>\n'
         f'<div class="scroll"><table id="board">\n<thead><tr>{heads}</tr></thead>\n<tbody>\n{body}</tbody>\n'
         "</table></div>\n"
-        "<footer>\n"
+        + _retrievers_html(retrievers, entries)
+        + "<footer>\n"
         f"<p>Protocol: {html.escape(', '.join(protocols))}; {off} of {len(entries)} submissions deviate from it "
         "(see each model's page). <span class=\"badge verified\">verified</span>: a reviewer's "
         "verification record passed for this exact submission.json; "

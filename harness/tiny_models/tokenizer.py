@@ -61,6 +61,7 @@ def train_bpe_tokenizer(
     num_merges: int = 400,
     bos_token: str | None = None,
     add_bos: bool = False,
+    add_eos: bool = False,
     **special_token_attributes: str | dict[str, str],
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer on `CORPUS` and wrap it for transformers.
@@ -78,6 +79,8 @@ def train_bpe_tokenizer(
         num_merges: BPE merges to learn.
         bos_token: the beginning-of-sequence token (must be in `special_tokens`).
         add_bos: prepend `bos_token` to every encoded text, as Gemma and Mistral tokenizers do.
+        add_eos: append the `eos_token` of `special_token_attributes` to every encoded text, as the
+            CLIP and SigLIP text tokenizers do (their text towers pool at that token).
         **special_token_attributes: other named tokens (`eos_token`, `pad_token`, `unk_token`) or
             `extra_special_tokens={name: token}` (e.g. InternVL's `context_image_token`), which
             transformers exposes as tokenizer attributes that processors read.
@@ -107,12 +110,14 @@ def train_bpe_tokenizer(
     backend.train_from_iterator(CORPUS, trainer=trainer)
     backend.add_special_tokens(list(special_tokens))
     byte_level = processors.ByteLevel(trim_offsets=False)
-    if add_bos:
-        bos_id = backend.token_to_id(bos_token)
-        prepend_bos = processors.TemplateProcessing(
-            single=f"{bos_token} $A", pair=f"{bos_token} $A $B", special_tokens=[(bos_token, bos_id)]
+    before = [bos_token] if add_bos else []
+    after = [special_token_attributes["eos_token"]] if add_eos else []
+    if before or after:
+        marks = [(token, backend.token_to_id(token)) for token in before + after]
+        wrap = processors.TemplateProcessing(
+            single=" ".join(before + ["$A"] + after), pair=" ".join(before + ["$A", "$B"] + after), special_tokens=marks
         )
-        backend.post_processor = processors.Sequence([byte_level, prepend_bos])
+        backend.post_processor = processors.Sequence([byte_level, wrap])
     else:
         backend.post_processor = byte_level
     return PreTrainedTokenizerFast(
