@@ -20,7 +20,9 @@ stage reads each evaluated document from the store once and computes (paper §4-
 - VHs with ``writer_probes``: each head's in-context writer R@1 and the writer ranking's vote
   (App. H voting B);
 - per-document records: the model's answer, whether it is correct, the target image, and the
-  image the unit's top pointer head picked.
+  image the unit's top pointer head picked;
+- text needle tasks (App. K): each head's mean attention mass on the needle at the last prefill
+  position, both scores, and the text ranking it gives.
 
 The documents of a run are lm-eval's: doc ids ``0 .. n-1`` of each task, n from the results'
 ``n-samples`` (``--limit`` included); documents a store holds from other runs are not read.
@@ -38,7 +40,7 @@ import numpy as np
 import torch
 
 from harness.activation_store import ActivationStore
-from harness.constants import POOLED_GROUPS, VOTE_KS
+from harness.constants import NEEDLE_TENSORS, POOLED_GROUPS, TEXT_NEEDLE_TASKS, VOTE_KS
 from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
 from harness.metrics.candidates import InContextCandidates
 from harness.metrics.pointer import pointer_r1, pointer_votes
@@ -373,14 +375,55 @@ def record_answer(record: Mapping[str, Any]) -> tuple[str | None, bool]:
 
 
 @dataclass
+class TextRetrieval:
+    """App. K: each head's mean attention mass on the needle tokens at the last prefill position
+    (where the answer is generated), over the documents of a text needle task.
+
+    Attributes:
+        task: the task name; n_docs: documents averaged over.
+        grids: ``{"exact": [L, H], "eq3": [L, H]}`` float64 mean mass, from the model's attention
+            rows and under the Eq. 3 proxy (one prefill).
+        primary: the score the run ranks by (its pointer mode's), which `ranking` sorts.
+    """
+
+    task: str
+    n_docs: int
+    grids: dict[str, np.ndarray]
+    primary: str
+
+    @property
+    def ranking(self) -> np.ndarray:
+        """Flat head indices ``[L*H]`` by decreasing mean needle mass (`rankings.head_ranking`)."""
+        return head_ranking(self.grids[self.primary])
+
+
+def text_retrieval(store: ActivationStore, task: str, n_docs: int, primary: str) -> TextRetrieval:
+    """The `TextRetrieval` of a text needle task's documents ``0 .. n_docs - 1``.
+
+    Raises:
+        UserInputError: a document the store lacks, or one stored without a needle mass (a
+            document without ``needle_char_span``).
+    """
+    docs = store.load(task, range(n_docs), list(NEEDLE_TENSORS))
+    lacking = [doc.doc_id for doc in docs if set(doc.tensors) != set(NEEDLE_TENSORS)]
+    if lacking:
+        raise UserInputError(f"{task}: documents {lacking[:5]} were stored without a needle mass; their records need a "
+                             "needle_char_span (build the folder with icir build-needle)")
+    grids = {score: torch.stack([doc.tensors[name] for doc in docs]).double().mean(dim=0).numpy()
+             for score, name in zip(SCORES, NEEDLE_TENSORS)}
+    return TextRetrieval(task, n_docs, grids, primary)
+
+
+@dataclass
 class RunAnalysis:
-    """The analyses of one run: ``analyses`` by task or group name, ``documents`` by task, and
+    """The analyses of one run: ``analyses`` by task or group name, ``documents`` by task,
     ``datasets``: per task its document count, fingerprint and visual tokens per image
-    (`harness.protocol`)."""
+    (`harness.protocol`), and ``text``: the text needle tasks' head masses (App. K) by task."""
 
     analyses: dict[str, HeadAnalysis]
     documents: dict[str, list[dict]]
     datasets: dict[str, dict]
+    text: dict[str, TextRetrieval] = field(default_factory=dict)
 
 
 def dataset_summary(part: TaskDocs) -> dict:
@@ -442,4 +485,6 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
         analyses[name] = analysis
     for task, part in parts.items():
         documents[task] = document_records(part, analyses.get(task))
-    return RunAnalysis(analyses, documents, {task: dataset_summary(part) for task, part in parts.items()})
+    primary = "exact" if spec.pointer_mode == "exact" else "eq3"
+    text = {task: text_retrieval(store, task, n, primary) for task, n in spec.tasks.items() if task in TEXT_NEEDLE_TASKS}
+    return RunAnalysis(analyses, documents, {task: dataset_summary(part) for task, part in parts.items()}, text)

@@ -19,7 +19,8 @@ from typing import Any
 
 from harness.activation_store import SETTINGS_FILE
 from harness.analysis import HeadAnalysis, RunAnalysis, RunSpec, analyse_run
-from harness.artifacts import pointer_values, summary, write_artifacts
+from harness.artifacts import pointer_values, summary, write_artifacts, write_text_artifacts
+from harness.metrics.rankings import top_head_values
 from harness.constants import (
     POINTER_METRICS,
     VOTE_METRICS,
@@ -153,6 +154,8 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
     if artifacts_dir is not None:
         for name, analysis in run.analyses.items():
             _check_unit_folder(Path(artifacts_dir) / name, record, analysis.tasks, overwrite)
+        for task in run.text:
+            _check_unit_folder(Path(artifacts_dir) / task, record, [task], overwrite)
     summaries = {}
     for name, analysis in run.analyses.items():
         summaries[name] = summary(analysis, name)
@@ -161,19 +164,33 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
         if artifacts_dir is not None:
             write_artifacts(analysis, Path(artifacts_dir) / name, name, run.documents.get(name))
             write_protocol(Path(artifacts_dir) / name, record)
+    text_heads = {}
+    for task, text in run.text.items():
+        if artifacts_dir is not None:
+            write_text_artifacts(text, Path(artifacts_dir) / task)
+            write_protocol(Path(artifacts_dir) / task, record)
+        text_heads[task] = top_head_values(text.grids[text.primary], 5)
+        results["results"].setdefault(task, {})["needle_mass_top,none"] = text_heads[task][0][1]
     add_to_results(results, run.analyses)
     if results.get("samples"):
         annotate_samples(results["samples"], run)
     results["icir"] = {"artifacts": None if artifacts_dir is None else str(artifacts_dir), "summaries": summaries,
-                       "protocol": record}
+                       "protocol": record, "text_heads": text_heads}
     return summaries
 
 
-def format_summaries(summaries: dict[str, dict], artifacts_dir: str | Path | None) -> str:
-    """Human-readable head summary printed after lm-eval's table ("" without head metrics)."""
+def format_summaries(summaries: dict[str, dict], artifacts_dir: str | Path | None,
+                     text_heads: dict[str, list] | None = None) -> str:
+    """Human-readable head summary printed after lm-eval's table ("" without head metrics);
+    `text_heads`: the text needle tasks' top heads by needle mass (``results["icir"]["text_heads"]``)."""
+    lines = []
+    for task, heads in (text_heads or {}).items():
+        top = ", ".join(f"{head} {mass:.3f}" for head, mass in heads)
+        lines.append(f"\nText retrieval heads ({task}, mean attention mass on the needle at the last prefill "
+                     f"token; App. K): {top}")
     if not summaries:
-        return ""
-    lines = ["", "Head metrics (readout position; pointer_r1 exact and Eq. 3, median, chance; top-5 exact heads):"]
+        return "\n".join(lines)
+    lines += ["", "Head metrics (readout position; pointer_r1 exact and Eq. 3, median, chance; top-5 exact heads):"]
     for name, s in summaries.items():
         top = ", ".join(f"{head} {r1:.3f}" for head, r1 in s["top_pointer_heads"][:5])
         writer = "" if s["writer_r1"] is None or math.isnan(s["writer_r1"]) else f"  writer_r1 {s['writer_r1']:.3f}"

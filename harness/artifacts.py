@@ -33,6 +33,12 @@ PNG figures of the same numbers (`harness.plots`)::
     vote_r1.png              vote R@1 over K, pointer and (VHs with probes) writer ranking (Figure 6)
     writer_r1_grid.png       layer x head writer R@1 heatmap (Figure 5), when writer R@1 exists
     pointer_vs_writer.png    per-head pointer vs writer R@1, top-100 set membership (Figure 2), idem
+
+A text needle task (App. K) has no image target; its folder holds instead::
+
+    text_retrieval.json      {"grids": {"exact"|"eq3": {LxxHyy: mean needle mass}}, "top_heads", ...}
+    text_ranking.json        the heads by mean needle mass (the run's pointer mode's score)
+    needle_mass_grid.png     layer x head heatmap of the mean needle mass
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from harness.analysis import HeadAnalysis
+from harness.analysis import HeadAnalysis, TextRetrieval
 from harness.lm_eval_plugin.rankings_io import ranking_document
 from harness.constants import TOP_K_SETS
 from harness.metrics.rankings import chance_overlap, grid_by_name, top_head_values, top_k_overlap
@@ -229,3 +235,22 @@ def _write_plots(analysis: HeadAnalysis, folder: Path, name: str) -> None:
     plot_pointer_vs_writer(
         analysis.table_grid, analysis.writer_r1, folder / "pointer_vs_writer.png", pointer_chance=analysis.chance
     )
+
+
+TEXT_POSITION = "last"  # App. K reads the needle mass where the answer is generated
+
+
+def write_text_artifacts(text: TextRetrieval, folder: Path) -> Path:
+    """Write the artifacts of a text needle task (module docstring) into `folder`; returns it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    grid = text.grids[text.primary]
+    write_json(folder / "text_retrieval.json", {
+        "kind": "text_retrieval", "task": text.task, "n_docs": text.n_docs, "position": TEXT_POSITION,
+        "score": text.primary, "top_heads": top_head_values(grid, min(TOP_K, grid.size)),
+        "grids": {score: grid_by_name(g) for score, g in text.grids.items()},
+        "note": "mean attention mass on the needle sentence's tokens at the last prefill position (App. K)",
+    })
+    write_json(folder / "text_ranking.json", ranking_document(grid, "text_needle_mass", TEXT_POSITION, text.primary))
+    plot_head_grid(grid, folder / "needle_mass_grid.png", f"{text.task}: mean attention mass on the needle",
+                   label="attention mass")
+    return folder

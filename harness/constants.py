@@ -27,6 +27,11 @@ def icir_mcq_unit(units) -> str | None:
     return next((unit for unit in (ICIR_MCQ_GROUP, *ICIR_MCQ_TASKS) if unit in units), None)
 
 
+# The text needle-in-a-haystack probe (App. K), a hand-written task YAML.
+TEXT_NEEDLE_TASKS: tuple[str, ...] = ("text_needle",)
+# The store's tensors of a text needle document: [L, H] needle mass, exact (Eq. 1) and Eq. 3.
+NEEDLE_TENSORS: tuple[str, ...] = ("needle_mass", "needle_mass_eq3")
+
 # Visual Haystacks haystack sizes N (§4.3, App. A): the toolkit's files; multi-needle has no oracle.
 VHS_SINGLE_SIZES: tuple[int, ...] = tuple(DEFAULT_SIZES)
 VHS_MULTI_SIZES: tuple[int, ...] = tuple(n for n in DEFAULT_SIZES if n > 1)

@@ -1,16 +1,17 @@
 """``icir demo --out DIR``: the main job on the embedded default data, start to end.
 
 Writes a demo-world toy corpus (rendered shapes in the COCO 2017 + MM-NIAH layout, plus Visual
-Haystacks question files over its images), builds both ICIR-MCQ configs and the VHs folder from it
-as the shipped demo model was trained to read them (the demo world, passages cut to
-``MAX_PASSAGE_CHARS``; its images are not the training world's), then runs ``icir eval`` with the
+Haystacks question files over its images), builds both ICIR-MCQ configs, the VHs folder and the text
+needle folder (App. K) from it as the shipped demo model was trained to read them (the demo world,
+passages cut to ``MAX_PASSAGE_CHARS``; its images are not the training world's), then runs ``icir eval`` with the
 default model (the shipped demo model) on ``icir_mcq`` (discovery: the pointer ranking and the
 writer probes), then on ``vhs_single_n{2,5,10}`` with that ranking and those probes (the paper's
 transfer protocol, §4.3): lm-eval's tables with the head metrics, the protocol line, the top
 pointer heads, and where the artifacts are; then a small ablation grid (``icir ablate``, VHs N=5)
-on the demo model. A tiny random Qwen3-VL of the demo model's shape is evaluated the same way, so
-the leaderboard has a second entry, and ``icir compare`` sets the two rankings side by side
-(Table 4). Both runs are submitted into ``OUT/leaderboard`` (the MTEB-like
+on the demo model, and the text needle probe (App. K, ``text_needle``) on it. A tiny random Qwen3-VL
+of the demo model's shape is evaluated the same way, so the leaderboard has a second entry, and
+``icir compare`` sets the two rankings side by side (Table 4) and the demo model's image pointer
+ranking beside its text ranking (Table 15). Both runs are submitted into ``OUT/leaderboard`` (the MTEB-like
 ``results/<org__model>/<revision>/`` layout), validated, a seeded sample of the demo model's
 documents is re-run and compared (``icir leaderboard verify``), external retrievers (untrained
 tiny CLIP and SigLIP, and the random Qwen3-VL as an embedder) are scored on the same VHs N=10
@@ -27,6 +28,7 @@ from harness.demo_model.pipeline import (
     DEMO_DEFAULTS,
     ablate_small_grid,
     build_demo_data,
+    evaluate_text_needle,
     evaluate_two_stages,
     run_shown,
 )
@@ -52,7 +54,8 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"\nThe default model is the shipped demo model ({default_model_path()}): a 4-layer x 6-head Qwen3-VL "
           "trained on another demo-world draw to find the image a question names; its training record is "
           "TRAINING.md in that folder.")
-    code = evaluate_two_stages(args, main, default_model_path(), []) or ablate_small_grid(args, main, default_model_path())
+    code = (evaluate_two_stages(args, main, default_model_path(), []) or ablate_small_grid(args, main, default_model_path())
+            or evaluate_text_needle(args, main, default_model_path()))
     if code:
         return code
     from harness.demo_model.architecture import DEMO_SIZES
@@ -69,7 +72,8 @@ def run_demo(args: argparse.Namespace) -> int:
         return code
     from harness.model_names import model_name
 
-    print("\nCross-model ranking similarity (Table 4): the trained demo model against the random one:")
+    print("\nCross-model ranking similarity (Table 4): the trained demo model against the random one; "
+          "image vs text retrieval heads of the demo model (Table 15):")
     runs = [str(args.out / "eval" / model_name(m)) for m in (default_model_path(), other)]
     return run_shown(["compare", *runs], main) or _leaderboard(args, main, [default_model_path(), other])
 

@@ -136,7 +136,7 @@ def save_and_print(results: dict, tracker, header: str) -> None:
     if "groups" in results:
         print(make_table(results, "groups"))
     if "icir" in results:
-        print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"]))
+        print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"], results["icir"].get("text_heads")))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -223,7 +223,7 @@ def _analyze_file(results_file: Path, done: set[str], overwrite: bool) -> set[st
     print(make_table(results))
     if "groups" in results:
         print(make_table(results, "groups"))
-    print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"]))
+    print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"], results["icir"].get("text_heads")))
     print(f"updated {results_file} ({', '.join(sorted(tasks))})"
           + (f" and {len(sample_files)} samples file(s)" if sample_files else ""))
     return tasks

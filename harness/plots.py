@@ -52,15 +52,17 @@ def _save_png(figure: Figure, path: str | os.PathLike) -> None:
         figure.savefig(tmp, format="png", dpi=DPI, metadata={"Software": None})
 
 
-def plot_head_grid(grid: np.ndarray, path: str | os.PathLike, title: str, chance: float | None = None) -> Figure:
-    """Heatmap of a per-head R@1 grid (App. C.1 Figure 4 / App. D Figure 5), written to `path`.
+def plot_head_grid(grid: np.ndarray, path: str | os.PathLike, title: str, chance: float | None = None,
+                   label: str = "R@1") -> Figure:
+    """Heatmap of a per-head grid (R@1: App. C.1 Figure 4 / App. D Figure 5), written to `path`.
 
     Args:
-        grid: float ``[L, H]`` R@1 per head (layers on the y axis, layer 0 at the bottom; heads on x).
+        grid: float ``[L, H]`` value per head (layers on the y axis, layer 0 at the bottom; heads on x).
         path: the PNG to write (replaced if present).
         title: figure title; the best head (ties: smaller flat index ``l*H + h``) is annotated
-            as ``LxxHyy R@1`` on its cell.
+            as ``LxxHyy value`` on its cell.
         chance: chance R@1, drawn as a dotted line on the colourbar when given.
+        label: the colourbar's label (what the grid holds).
 
     Returns:
         The figure (its single `AxesImage` holds `grid` unchanged).
@@ -71,7 +73,7 @@ def plot_head_grid(grid: np.ndarray, path: str | os.PathLike, title: str, chance
     grid = check_grid(grid, "R@1 grid")
     figure, axes = _new_figure()
     image = axes.imshow(grid, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis")
-    colourbar = figure.colorbar(image, ax=axes, label="R@1")
+    colourbar = figure.colorbar(image, ax=axes, label=label)
     if chance is not None:
         colourbar.ax.axhline(chance, **CHANCE_STYLE)
     best = int(head_ranking(grid)[0])

@@ -31,6 +31,9 @@ Tables (paper captions; App. C, G, I, J):
   R@1 (Table 11, App. I).
 - 13: pointer-writer discovery: top pointer head R@1, top-K overlap, chance K^2/(L*H), ratio
   (Table 13, App. J.1).
+- 15: image vs text retrieval heads: each ranking's top-3 heads and the heads in both top-10s,
+  with their rank in each ranking and a character label; top-10 overlap against chance, the
+  layers of each top-10 (Table 15, App. K). Needs the run's ``text_needle`` task.
 
 A table whose artifacts a run lacks raises `icir_common.UserInputError` naming the run folder and
 the run to make.
@@ -46,9 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP, ICIR_MCQ_TASKS, TOP_K_SETS, icir_mcq_unit, vhs_single_size
-from icir_common import UserInputError, parse_head_name
+from icir_common import UserInputError, flat_head_name, parse_head_name
 
-TABLES = (1, 2, 3, 4, 5, 6, 10, 11, 13)
+TABLES = (1, 2, 3, 4, 5, 6, 10, 11, 13, 15)
 CROSS_MODEL_KS = (3, 5, 10, 100)  # Table 4's top-K sizes (App. C.2)
 TOP_N = 5  # Tables 1 and 3 list the top-5 heads
 VHS_SIZE = 10  # Tables 2 and 6: Visual Haystacks N=10
@@ -535,7 +538,72 @@ def table_4(runs: list[Run], options: argparse.Namespace) -> Table:
                   "Layer-max Pearson", *(f"Top-{k}" for k in CROSS_MODEL_KS)], rows, notes)
 
 
-BUILDERS = {1: table_1, 2: table_2, 3: table_3, 4: table_4, 5: table_5, 6: table_6, 10: table_10, 11: table_11, 13: table_13}
+TEXT_TOP_K = 10  # Table 15's top-10 sets (App. K)
+SHOWN_PER_RANKING = 3  # Table 15 lists each ranking's top-3 heads and the heads in both top-10s
+
+
+def text_unit(run: Run) -> str:
+    """The run's text needle unit (App. K), or an error saying how to run it."""
+    from harness.constants import TEXT_NEEDLE_TASKS
+
+    for task in TEXT_NEEDLE_TASKS:
+        if (run.artifacts / task / "text_retrieval.json").is_file():
+            return task
+    raise UserInputError(f"{run.folder} has no {ARTIFACTS_FOLDER}/{TEXT_NEEDLE_TASKS[0]}/text_retrieval.json; run "
+                         f"icir eval --tasks {TEXT_NEEDLE_TASKS[0]} --metadata '{{\"text_needle_data\": DIR}}' "
+                         f"--output_path {run.folder.parent} (DIR from icir build-needle)")
+
+
+def head_character(image_rank: int, text_rank: int, k: int = TEXT_TOP_K) -> str:
+    """Table 15's "Character" of a head from its 1-based ranks (docs/protocol.md, App. K): "Mixed"
+    when both ranks are within 2K, else "Image-specific" or "Text-specific" by the better rank."""
+    if image_rank <= 2 * k and text_rank <= 2 * k:
+        return "Mixed"
+    return "Image-specific" if image_rank < text_rank else "Text-specific"
+
+
+def table_15(runs: list[Run], options: argparse.Namespace) -> Table:
+    """Table 15 (App. K): image pointer ranking (ICIR-MCQ, Eq. 3) beside the text needle ranking."""
+    import numpy as np
+
+    from harness.metrics.rankings import chance_overlap, head_ranking
+
+    rows, notes = [], []
+    for run in runs:
+        unit, image, _, _ = _discovery_grids(run)
+        task = text_unit(run)
+        text_file = run.read(task, "text_retrieval.json", f"rerun icir analyze {run.folder}")
+        text = grid_from_names(text_file["grids"][text_file["score"]], f"{run.artifacts / task}/text_retrieval.json")
+        if text.shape != image.shape:
+            raise UserInputError(f"{run.folder}: the {task} grid is {text.shape}, the {unit} grid {image.shape}; "
+                                 "rerun both tasks on the same model")
+        image_order, text_order = head_ranking(image), head_ranking(text)
+        image_rank, text_rank = (np.argsort(order) + 1 for order in (image_order, text_order))
+        k = min(TEXT_TOP_K, image.size)
+        both = [h for h in image_order[:k] if h in set(text_order[:k].tolist())]
+        shown = list(dict.fromkeys([*image_order[:SHOWN_PER_RANKING], *text_order[:SHOWN_PER_RANKING], *both]))
+        n_heads = image.shape[1]
+        for head in shown:
+            rows.append({"Model": run.name, "Head": flat_head_name(int(head), n_heads),
+                         "Image rank": int(image_rank[head]), "Text rank": int(text_rank[head]),
+                         "Character": head_character(int(image_rank[head]), int(text_rank[head]), k),
+                         "Image R@1 (Eq. 3)": float(image.ravel()[head]), "Needle mass": float(text.ravel()[head])})
+        layers = {name: sorted({int(h) // n_heads for h in order[:k]}) for name, order in
+                  (("image", image_order), ("text", text_order))}
+        notes += [
+            f"{run.name}: top-{k} overlap {len(both)}/{k} (chance {chance_overlap(k, *image.shape):.1f}); the top image "
+            f"head ranks {int(text_rank[image_order[0]])} for text, the top text head ranks "
+            f"{int(image_rank[text_order[0]])} for image",
+            f"{run.name}: image top-{k} in layers {layers['image'][0]}-{layers['image'][-1]}, text top-{k} in layers "
+            f"{layers['text'][0]}-{layers['text'][-1]} ({unit} pointer ranking vs {task}, {text_file['n_docs']} documents)",
+        ]
+    return Table(15, "Image vs text retrieval rankings: each head's rank by ICIR-MCQ pointer R@1 and by attention mass "
+                     "on the text needle", ["Model", "Head", "Image rank", "Text rank", "Character",
+                                            "Image R@1 (Eq. 3)", "Needle mass"], rows, notes)
+
+
+BUILDERS = {1: table_1, 2: table_2, 3: table_3, 4: table_4, 5: table_5, 6: table_6, 10: table_10, 11: table_11,
+            13: table_13, 15: table_15}
 
 
 def build_table(number: int, folders: list[Path], top_k: int = TOP_K_SETS, vhs_size: int = VHS_SIZE) -> Table:
@@ -559,7 +627,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``icir report --table N [--json] RUN_FOLDER [RUN_FOLDER ...]``."""
     parser = subparsers.add_parser(
         "report",
-        help="print one of the paper's tables (1, 2, 3, 4, 5, 6, 10, 11, 13) from finished runs",
+        help="print one of the paper's tables (1, 2, 3, 4, 5, 6, 10, 11, 13, 15) from finished runs",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -574,12 +642,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plot", type=Path, metavar="PNG",
                         help="table 10 only: also draw best R@1 and rank correlation per readout position")
     parser.set_defaults(func=run_report)
-    compare = subparsers.add_parser("compare", help="cross-model ranking similarity of run folders (Table 4)",
-                                    description=table_4.__doc__)
+    compare = subparsers.add_parser(
+        "compare", help="cross-model ranking similarity (Table 4) and image vs text retrieval heads (Table 15)",
+        description="Table 4 for two or more run folders of models of the same L x H (App. C.2); Table 15 for "
+                    "every run folder that also ran text_needle (App. K).")
     compare.add_argument("run_folders", nargs="+", type=Path, metavar="RUN_FOLDER",
-                         help="two or more run folders OUTPUT/<model> of models of the same L x H")
+                         help="run folders OUTPUT/<model> (Table 4: two or more of the same L x H)")
     compare.add_argument("--json", action="store_true", help="print the rows as JSON instead of markdown")
-    compare.set_defaults(func=run_report, table=4, top_k=TOP_K_SETS, vhs_size=VHS_SIZE, plot=None)
+    compare.set_defaults(func=run_compare, top_k=TOP_K_SETS, vhs_size=VHS_SIZE)
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -590,6 +660,31 @@ def run_report(args: argparse.Namespace) -> int:
     print(json.dumps(table.to_json(), indent=2) if args.json else table.markdown())
     if args.plot is not None:
         print(f"figure: {plot_table_10(table, args.plot)}")
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """``icir compare``: Table 4 with two or more runs, Table 15 for the runs with a text needle task."""
+    from harness.constants import TEXT_NEEDLE_TASKS
+
+    runs = find_runs(args.run_folders)
+    with_text = [run for run in runs if any((run.artifacts / t / "text_retrieval.json").is_file()
+                                            for t in TEXT_NEEDLE_TASKS)]
+    if len(runs) < 2 and not with_text:
+        try:
+            text_unit(runs[0])
+        except UserInputError as err:
+            raise UserInputError(f"icir compare needs two run folders of the same L x H (Table 4), or a run with "
+                                 f"{TEXT_NEEDLE_TASKS[0]} (Table 15): {err}") from None
+    tables = []
+    if len(runs) >= 2:
+        tables.append(build_table(4, args.run_folders, top_k=args.top_k))
+    if with_text:
+        tables.append(table_15(with_text, args))
+    if args.json:
+        print(json.dumps([table.to_json() for table in tables], indent=2))
+    else:
+        print("\n\n".join(table.markdown() for table in tables))
     return 0
 
 

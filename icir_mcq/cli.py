@@ -1,4 +1,4 @@
-"""``icir build-mcq`` and ``icir validate-mcq``."""
+"""``icir build-mcq``, ``icir validate-mcq`` and ``icir build-needle`` (the App. K text needle probe)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,15 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _build_needle(args: argparse.Namespace) -> int:
+    from icir_mcq.needle import build_text_needle
+
+    print(build_text_needle(args.coco, args.mmniah, args.out, seed=args.seed, samples=args.samples,
+                            n_images=args.images, embed_images=not args.no_embed_images,
+                            max_passage_chars=args.max_passage_chars, overwrite=args.overwrite))
+    return 0
+
+
 def _validate(args: argparse.Namespace) -> int:
     violations = validate_icir_mcq(args.folder, args.coco, args.mmniah)
     for violation in violations[:MAX_PRINTED_VIOLATIONS]:
@@ -66,6 +75,18 @@ def register(subparsers) -> None:
                        help="comma list of category names to query (default: every servable category)")
     build.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     build.set_defaults(func=_build)
+
+    needle = subparsers.add_parser("build-needle", help="build the text needle-in-a-haystack folder (App. K)")
+    needle.add_argument("--coco", type=Path, required=True, help="COCO 2017 root: the filler images")
+    needle.add_argument("--mmniah", type=Path, nargs="+", required=True, help="MM-NIAH retrieval-image.jsonl file(s)")
+    needle.add_argument("--out", type=Path, required=True, help="output folder (must not exist unless --overwrite)")
+    needle.add_argument("--seed", type=int, default=0)
+    needle.add_argument("--samples", type=int, default=300, help="records (default 300; the paper has 291)")
+    needle.add_argument("--images", type=int, default=10, help="filler images per record (default 10)")
+    needle.add_argument("--no-embed-images", action="store_true", help="store image file names only")
+    needle.add_argument("--max-passage-chars", type=int, default=None, help="cut passages to at most this length")
+    needle.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    needle.set_defaults(func=_build_needle)
 
     validate = subparsers.add_parser("validate-mcq", help="re-check an ICIR-MCQ folder against every rule")
     validate.add_argument("folder", type=Path)

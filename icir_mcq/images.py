@@ -52,8 +52,9 @@ def read_image_bytes(coco_root: Path, relative: str, what: str | None = None) ->
     return decode_image_file(inside_root(coco_root, relative, what or f"COCO root {coco_root}"))
 
 
-def with_images(records: Iterable[dict], coco_root: Path, embed: bool) -> Iterator[dict]:
-    """Yield ``records`` with their ``images`` field, fields in schema order.
+def with_images(records: Iterable[dict], coco_root: Path, embed: bool, fields: Iterable[str] = FIELD_DOCS) -> Iterator[dict]:
+    """Yield ``records`` with their ``images`` field (from ``image_files``), keys in `fields` order
+    (the ICIR-MCQ schema by default).
 
     Embedded: ``{"bytes": <file bytes>, "path": image_file}`` per image, read as each record is
     yielded so that a streaming writer holds one row group of images at a time. Not embedded:
@@ -70,4 +71,4 @@ def with_images(records: Iterable[dict], coco_root: Path, embed: bool) -> Iterat
         return {"bytes": read_image_bytes(coco_root, relative), "path": relative}
 
     for record in tqdm(records, desc="images", unit="sample", leave=False, disable=not embed):
-        yield {key: [value(f) for f in record["image_files"]] if key == "images" else record[key] for key in FIELD_DOCS}
+        yield {key: [value(f) for f in record["image_files"]] if key == "images" else record[key] for key in fields}

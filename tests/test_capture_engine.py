@@ -190,3 +190,36 @@ def test_batched_capture_equals_one_at_a_time(arch_setup):
             assert together.readout_indices == alone.readout_indices
             for field in ("pointer", "pointer_eq3", "head_output", "image_embeds", "answer_logits"):
                 torch.testing.assert_close(getattr(together, field), getattr(alone, field), atol=TOLERANCE, rtol=0)
+
+
+NEEDLE_PROMPT = (
+    "Passage one is about a cat on a mat. <image> The special magic number is 4821907. Then a dog runs. <image> "
+    "What is the special magic number mentioned in the text above? Answer with the number only."
+)
+NEEDLE = (NEEDLE_PROMPT.index("The special"), NEEDLE_PROMPT.index("4821907.") + len("4821907."))
+NEEDLE_QUERY = (NEEDLE_PROMPT.rindex("number"), NEEDLE_PROMPT.rindex("number") + len("number"))
+
+
+def test_needle_mass_equals_eager_attention_on_the_needle_tokens(arch_setup):
+    arch, model, eager, processor, images = arch_setup
+    capture = capture_heads(model, processor, NEEDLE_PROMPT, images, NEEDLE_QUERY, positions=("cattok", "+1"),
+                            needle_char_span=NEEDLE)
+    request = CaptureRequest(NEEDLE_PROMPT, images, NEEDLE_QUERY, NEEDLE)
+    inputs, (layout,) = encode_requests(processor, [request], int(model.config.image_token_id))
+    ids = inputs["input_ids"][0]
+    start, end = layout.needle_span
+    # The span slices the needle sentence exactly: its tokens decode to it, one token less does not.
+    assert processor.tokenizer.decode(ids[start:end]).strip() == NEEDLE_PROMPT[slice(*NEEDLE)]
+    assert NEEDLE_PROMPT[slice(*NEEDLE)] not in processor.tokenizer.decode(ids[start + 1:end])
+    assert NEEDLE_PROMPT[slice(*NEEDLE)] not in processor.tokenizer.decode(ids[start:end - 1])
+    with torch.no_grad():
+        attentions = eager(**inputs, output_attentions=True, use_cache=False).attentions
+    last = len(ids) - 1
+    reference = torch.stack([att[0][:, last, start:end].sum(-1) for att in attentions])  # [L, H]
+    torch.testing.assert_close(capture.needle_mass, reference, atol=TOLERANCE, rtol=0)
+    assert capture.needle_mass_eq3.shape == reference.shape
+    # The needle adds a row and a column internally; everything else is what a capture without it gives.
+    plain = capture_heads(model, processor, NEEDLE_PROMPT, images, NEEDLE_QUERY, positions=("cattok", "+1"))
+    assert plain.needle_mass is None and capture.readout_indices == plain.readout_indices
+    for name in ("pointer", "pointer_eq3", "head_output", "image_embeds"):
+        torch.testing.assert_close(getattr(capture, name), getattr(plain, name), atol=TOLERANCE, rtol=0)

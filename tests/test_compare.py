@@ -60,7 +60,7 @@ def test_compare_command_and_refusals(runs, shared, capsys, tmp_path):
     assert icir_main(["compare", *map(str, runs)]) == 0
     assert "Table 4" in capsys.readouterr().out
     assert icir_main(["compare", str(runs[0])]) == 2
-    assert "at least two run folders" in capsys.readouterr().err
+    assert "needs two run folders" in capsys.readouterr().err
     wide = full_run(shared, tmp_path / "wide", "icir_mcq_n5",
                     model=save_tiny("qwen3_vl", tmp_path / "wide_model", seed=4, num_attention_heads=8))
     assert icir_main(["compare", str(runs[0]), str(wide)]) == 2

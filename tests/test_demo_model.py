@@ -509,7 +509,12 @@ def test_icir_demo_evaluates_the_shipped_model_through_lm_eval(tmp_path, capsys)
     out = tmp_path / "demo"
     assert icir_main(["demo", "--out", str(out), "--images", "400", "--samples", "60", "--vhs-questions", "20"]) == 0
     printed = capsys.readouterr().out
-    discovery, transfer = sorted(out.glob("eval/icir-demo-model/results_*.json"))  # ICIR-MCQ, then VHs
+    discovery, transfer, needle = sorted(out.glob("eval/icir-demo-model/results_*.json"))  # ICIR-MCQ, VHs, text
+    assert "text_needle" in json.loads(needle.read_text())["results"]
+    # Table 15 and Table 2 on the demo's runs; the leaderboard shows the retrievers' rows.
+    assert "Table 15: Image vs text retrieval rankings" in printed and "| icir-demo-model | L00H00 | 1 |" in printed
+    assert "Table 2: Image retrieval R@1 on Visual Haystacks" in printed
+    assert 'table id="retrievers"' in (out / "site" / "index.html").read_text()
     results = json.loads(discovery.read_text())["results"] | json.loads(transfer.read_text())["results"]
     assert results["icir_mcq_n5"]["acc,none"] >= 0.85  # 60 samples; the 200-sample check above asks 0.90
     for n in (2, 5, 10):

@@ -6,7 +6,9 @@ readout position p (paper §3.1, §4.1, §5, App. A, App. G):
 - the pointer scores s_i = sum_{j in span_i} A[p, j] per image span (Eq. 1/3);
 - the head output entering o_proj (Eq. 4), via a forward pre-hook on o_proj;
 - each image's mean projected visual token in the language model's input space (§5.1);
-- the next-token logits of the answer tokens at the last prefill position.
+- the next-token logits of the answer tokens at the last prefill position;
+- for a request with a text needle (App. K), each head's attention mass on the needle's tokens at
+  the last prefill position, where the answer is generated (both scores).
 
 Both pointer scores come from the same prefill: ``pointer`` (Eq. 1) reads the attention the model
 computes, through the `attention.routed_attention` wrapper; ``pointer_eq3`` is the paper's Eq. 3
@@ -63,6 +65,9 @@ class HeadCapture:
         positions: P readout position names (App. G).
         n_layers, n_heads, head_dim: L, H and d_h of the language model.
         mode: ``exact``, ``proxy`` or ``proxy_causal``.
+        needle_mass, needle_mass_eq3: [L, H] attention mass of each head at the last prefill
+            position on the request's needle tokens (App. K), from the model's attention rows and
+            under the Eq. 3 proxy; None for a request without a needle.
     """
 
     pointer: torch.Tensor
@@ -77,17 +82,26 @@ class HeadCapture:
     n_heads: int
     head_dim: int
     mode: str
+    needle_mass: torch.Tensor | None = None
+    needle_mass_eq3: torch.Tensor | None = None
 
 
-def _per_image_weights(layouts: Sequence[SampleLayout], length: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """([B, T, N] 1 on each image's span, [B, T, N] 1/count on each image's image tokens)."""
+def _per_image_weights(layouts: Sequence[SampleLayout], length: int, device,
+                       needles: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, T, N] 1 on each image's span, [B, T, N] 1/count on each image's image tokens).
+
+    With `needles`, the span weights get one more column, N_max: 1 on each sample's needle
+    tokens, so the span masses read the needle's mass with the images'.
+    """
     n_max = max((len(layout.image_spans) for layout in layouts), default=0)
-    spans = torch.zeros(len(layouts), length, n_max)
+    spans = torch.zeros(len(layouts), length, n_max + int(needles))
     tokens = torch.zeros(len(layouts), length, n_max)
     for row, layout in enumerate(layouts):
         for index, (start, end) in enumerate(layout.image_spans):
             spans[row, start:end, index] = 1
             tokens[row, :, index] = layout.image_of_token == index
+        if needles and layout.needle_span is not None:
+            spans[row, layout.needle_span[0]:layout.needle_span[1], n_max] = 1
     tokens = tokens / tokens.sum(dim=1, keepdim=True).clamp(min=1)
     return spans.to(device), tokens.to(device)
 
@@ -206,30 +220,39 @@ def capture_encoded(
         raise UserInputError(f"unknown capture mode {mode!r}; choose one of {', '.join(MODES)}")
     device = next(model.parameters()).device
     inputs = inputs.to(device=device, dtype=model.dtype)
-    rows = torch.tensor([readout_indices(positions, lay.cattok, lay.last) for lay in layouts], device=device)
+    needles = any(layout.needle_span is not None for layout in layouts)
+    # The needle mass is read at the last prefill position (App. K): one more row when needed.
+    rows = torch.tensor([readout_indices(positions, lay.cattok, lay.last) + [lay.last] * needles for lay in layouts],
+                        device=device)
     last = torch.tensor([[lay.last] for lay in layouts], device=device)
-    span_weights, token_weights = _per_image_weights(layouts, inputs["input_ids"].shape[1], device)
+    span_weights, token_weights = _per_image_weights(layouts, inputs["input_ids"].shape[1], device, needles)
     recorder = _Recorder(model, adapter, mode, rows, span_weights, token_weights, inputs["attention_mask"].bool())
     with torch.no_grad(), recorder.recording():
         logits = model(**inputs, use_cache=cache is not None, cache=cache, logits_to_keep=last).logits[:, 0]
     answer_ids = None if answer_tokens is None else torch.tensor(list(answer_tokens), device=device)
     captures = []
+    n_points = len(positions)
     for row, layout in enumerate(layouts):
         n_images = len(layout.image_spans)
+        needle = {}
+        if layout.needle_span is not None:
+            needle = {"needle_mass": recorder.pointer[row, n_points, :, :, -1].cpu(),
+                      "needle_mass_eq3": recorder.pointer_eq3[row, n_points, :, :, -1].cpu()}
         captures.append(
             HeadCapture(
-                pointer=recorder.pointer[row, ..., :n_images].cpu(),
-                pointer_eq3=recorder.pointer_eq3[row, ..., :n_images].cpu(),
-                head_output=recorder.head_output[row].cpu(),
+                pointer=recorder.pointer[row, :n_points, ..., :n_images].cpu(),
+                pointer_eq3=recorder.pointer_eq3[row, :n_points, ..., :n_images].cpu(),
+                head_output=recorder.head_output[row, :n_points].cpu(),
                 image_embeds=recorder.image_embeds[row, :n_images].cpu(),
                 answer_logits=None if answer_ids is None else logits[row, answer_ids].float().cpu(),
                 image_spans=layout.image_spans,
-                readout_indices=rows[row].tolist(),
+                readout_indices=rows[row, :n_points].tolist(),
                 positions=positions,
                 n_layers=len(recorder.modules),
                 n_heads=recorder.heads,
                 head_dim=recorder.head_dim,
                 mode=mode,
+                **needle,
             )
         )
     return captures
@@ -277,6 +300,7 @@ def capture_heads(
     mode: str = "exact",
     answer_tokens: Sequence[int] | None = None,
     image_inputs=None,
+    needle_char_span: tuple[int, int] | None = None,
 ) -> HeadCapture:
     """Capture every language-model head of `model` at the readout positions, in one prefill forward.
 
@@ -297,15 +321,16 @@ def capture_heads(
         answer_tokens: token ids whose next-token logits to return (see `answers.answer_token_ids`).
         image_inputs: the protocol's per-image inputs (`image_inputs.resolve_image_inputs(processor,
             resolve_adapter(model))`), or None for the processor's own defaults.
+        needle_char_span: half-open character span of a text needle in `prompt` (App. K), or None.
 
     Returns:
         A `HeadCapture` (pointer and pointer_eq3 [P, L, H, N], head_output [P, L, H, d_h],
-        image_embeds [N, d_model]).
+        image_embeds [N, d_model]; needle_mass and needle_mass_eq3 [L, H] with a needle).
 
     Raises:
         UserInputError: unsupported model (lists the supported ones), unknown mode or position,
-            placeholder/image count mismatch, image spans not matching the images, or a query span
-            that maps to no token (names the span and the text around it).
+            placeholder/image count mismatch, image spans not matching the images, or a query or
+            needle span that maps to no token (names the span and the text around it).
     """
-    request = CaptureRequest(prompt, images, query_char_span)
+    request = CaptureRequest(prompt, images, query_char_span, needle_char_span)
     return capture_heads_batch(model, processor, [request], positions, mode, answer_tokens, image_inputs)[0]

@@ -11,7 +11,7 @@ from PIL import Image
 
 from icir_common import UserInputError
 
-from .spans import conversation, image_spans, locate_pieces, query_token, split_prompt
+from .spans import conversation, image_spans, locate_pieces, query_token, split_prompt, text_token_span
 
 if TYPE_CHECKING:
     from .image_inputs import ImageCall
@@ -26,11 +26,14 @@ class CaptureRequest:
         images: one PIL image per placeholder, in order.
         query_char_span: half-open ``(start, end)`` character span of `prompt` whose last character
             defines the cattok; None when only the ``last`` readout position is requested.
+        needle_char_span: half-open character span of a text needle in `prompt` (App. K), whose
+            attention mass at the last prefill position the capture records; None for none.
     """
 
     prompt: str
     images: Sequence[Image.Image]
     query_char_span: tuple[int, int] | None = None
+    needle_char_span: tuple[int, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,12 +45,14 @@ class SampleLayout:
         image_of_token: [T_batch] long, image index of each image token, -1 elsewhere.
         cattok: token index of the cattok, or None without a query span.
         last: index of the last prefill token (right padding follows it).
+        needle_span: half-open token span of the request's text needle, or None.
     """
 
     image_spans: list[tuple[int, int]]
     image_of_token: torch.Tensor
     cattok: int | None
     last: int
+    needle_span: tuple[int, int] | None = None
 
 
 def render(processor, request: CaptureRequest) -> tuple[str, list[str]]:
@@ -77,7 +82,7 @@ def encode_requests(
         per request.
 
     Raises:
-        UserInputError: placeholder/image count mismatch, a query span that maps to no token, a
+        UserInputError: placeholder/image count mismatch, a query or needle span that maps to no token, a
             processor without a fast tokenizer (no character offsets), image spans that do not
             match the images (see `spans`), or a non-PIL image where `image_inputs` resizes to a
             square.
@@ -116,10 +121,13 @@ def encode_requests(
     for row, (request, (text, pieces)) in enumerate(zip(requests, rendered)):
         spans, image_of_token = image_spans(encoded["input_ids"][row], offsets[row], replacements[row], image_token_id)
         placeholders = [r["span"] for r in replacements[row] if r["type"] == "image"]
-        cattok = None
-        if request.query_char_span is not None:
+        cattok = needle = None
+        if request.query_char_span is not None or request.needle_char_span is not None:
             located = locate_pieces(text, pieces, placeholders)
+        if request.query_char_span is not None:
             cattok = query_token(request.prompt, request.query_char_span, located, replacements[row], offsets[row])
+        if request.needle_char_span is not None:
+            needle = text_token_span(request.prompt, request.needle_char_span, located, replacements[row], offsets[row])
         last = int(encoded["attention_mask"][row].sum()) - 1
-        layouts.append(SampleLayout(spans, image_of_token, cattok, last))
+        layouts.append(SampleLayout(spans, image_of_token, cattok, last, needle))
     return encoded, layouts

@@ -196,6 +196,25 @@ def query_token(
     return token
 
 
+def text_token_span(
+    prompt: str,
+    char_span: tuple[int, int],
+    pieces: Sequence[TextPiece],
+    replacements: Sequence[dict],
+    offsets: torch.Tensor,
+) -> tuple[int, int]:
+    """Half-open token span ``[first, last + 1)`` of the tokens holding the first and the last
+    character of `char_span` (a text span of `prompt`, e.g. the App. K needle sentence).
+
+    Raises:
+        UserInputError: as `query_token`, for either end of the span.
+    """
+    start, end = char_span
+    first = query_token(prompt, (start, start + 1), pieces, replacements, offsets) if end > start else None
+    last = query_token(prompt, char_span, pieces, replacements, offsets)
+    return (last if first is None else first), last + 1
+
+
 def image_spans(
     input_ids: torch.Tensor,
     offsets: torch.Tensor,

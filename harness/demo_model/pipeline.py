@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP
 from icir_mcq.build import build_icir_mcq
 from icir_mcq.cli import print_build_summary
+from icir_mcq.needle import build_text_needle
 from icir_mcq.toy import write_toy_corpus
 from vhs_adapter.build import build_vhs
 from vhs_adapter.toy_questions import write_toy_vhs_questions
@@ -27,6 +28,7 @@ TRANSFER_TASKS = tuple(f"vhs_single_n{n}" for n in DEMO_VHS_SIZES)
 DEMO_DEFAULTS = {"images": 1000, "samples": 240, "vhs_questions": 40, "seed": 0}
 # A quarter of the demo model's 24 heads, as the paper's top-100 is a tenth of 1,152 (App. I).
 ABLATION_TASK, ABLATION_KS, ABLATION_TOP = "vhs_single_n5", "1,2,3", 6
+NEEDLE_SAMPLES, NEEDLE_IMAGES = 40, 5  # the App. K text needle probe, demo-sized
 
 
 def build_demo_data(args: argparse.Namespace) -> None:
@@ -46,6 +48,17 @@ def build_demo_data(args: argparse.Namespace) -> None:
     vhs = build_vhs(questions.root, corpus.coco_root, args.out / "vhs", overwrite=True)
     print(vhs)
     print(f'load it with: datasets.load_dataset("{args.out / "vhs"}", "single_needle_n10")')
+    print(build_text_needle(corpus.coco_root, [corpus.mmniah_file], args.out / "text_needle", seed=args.seed,
+                            samples=NEEDLE_SAMPLES, n_images=NEEDLE_IMAGES, max_passage_chars=MAX_PASSAGE_CHARS,
+                            overwrite=True))
+
+
+def evaluate_text_needle(args: argparse.Namespace, main, model: Path) -> int:
+    """The text needle probe (App. K) on `model`, into the same run folder as its ICIR-MCQ run."""
+    print("\nText retrieval heads (App. K): attention mass on a numeric needle sentence where the answer is generated:")
+    return run_shown(["eval", "--tasks", "text_needle", "--device", "cpu", "--batch_size", "1", "--model_args",
+                      f"pretrained={model}", "--metadata", json.dumps({"text_needle_data": str(args.out / "text_needle")}),
+                      "--output_path", str(args.out / "eval")], main)
 
 
 def evaluate_two_stages(args: argparse.Namespace, main, model: Path, model_args: list[str]) -> int:

@@ -17,6 +17,7 @@ from PIL import Image
 from icir_common import UserInputError
 
 QUERY_SPAN_FIELD = "cattok_char_span"
+NEEDLE_SPAN_FIELD = "needle_char_span"  # the App. K text needle task's needle sentence
 PROMPT_FIELD = "prompt"
 # Record fields the analysis stage reads back from the store (targets, writer split, gold answer):
 # ICIR-MCQ ``target_position``, ``probe_split``, ``target_image_id``, ``answer_index``; VHs
@@ -33,8 +34,9 @@ class DocInput:
         prompt: the stored prompt, one ``<image>`` placeholder per image.
         images: the document's images, context order.
         query_char_span: half-open character span of `prompt` whose last token is the cattok.
-        fingerprint: hex digest of prompt, span and image pixels (detects a changed dataset on resume).
+        fingerprint: hex digest of prompt, spans and image pixels (detects a changed dataset on resume).
         fields: the document's `HEAD_FIELDS` that it has, JSON values as stored.
+        needle_char_span: the text needle's character span (``needle_char_span``), or None.
     """
 
     task: str
@@ -44,13 +46,18 @@ class DocInput:
     query_char_span: tuple[int, int]
     fingerprint: str
     fields: dict
+    needle_char_span: tuple[int, int] | None = None
 
 
-def fingerprint(prompt: str, span: Sequence[int], images: Sequence[Image.Image]) -> str:
-    """BLAKE2b (128-bit, hex) of the prompt, the span and every image's mode, size and pixels."""
+def fingerprint(prompt: str, span: Sequence[int], images: Sequence[Image.Image],
+                needle_span: Sequence[int] | None = None) -> str:
+    """BLAKE2b (128-bit, hex) of the prompt, the span (and needle span, when given) and every
+    image's mode, size and pixels."""
     digest = hashlib.blake2b(digest_size=16)
     digest.update(prompt.encode())
     digest.update(json.dumps([int(x) for x in span]).encode())
+    if needle_span is not None:
+        digest.update(json.dumps({"needle": [int(x) for x in needle_span]}).encode())
     for image in images:
         digest.update(f"{image.mode}:{image.size}".encode())
         digest.update(image.tobytes())
@@ -85,14 +92,16 @@ def doc_input(request) -> DocInput:
         )
     images = list(args[-1]["visual"])
     span = tuple(int(x) for x in doc[QUERY_SPAN_FIELD])
+    needle = tuple(int(x) for x in doc[NEEDLE_SPAN_FIELD]) if doc.get(NEEDLE_SPAN_FIELD) is not None else None
     return DocInput(
         task=request.task_name,
         doc_id=int(request.doc_id),
         prompt=prompt,
         images=images,
         query_char_span=span,
-        fingerprint=fingerprint(prompt, span, images),
+        fingerprint=fingerprint(prompt, span, images, needle),
         fields={name: _plain(doc[name]) for name in HEAD_FIELDS if name in doc},
+        needle_char_span=needle,
     )
 
 

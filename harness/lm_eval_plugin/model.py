@@ -48,7 +48,7 @@ from harness.capture.engine import capture_encoded
 from harness.capture.image_inputs import resolve_image_inputs
 from harness.capture.inputs import encode_requests
 from harness.capture.readout import validate_positions
-from harness.constants import DECLARED_SIDE_KEY, MODEL_NAME, STORE_FLUSH
+from harness.constants import DECLARED_SIDE_KEY, MODEL_NAME, NEEDLE_TENSORS, STORE_FLUSH
 from harness.demo_model import default_model_path
 from harness.lm_eval_plugin.documents import DocInput, doc_input, group_by_doc
 from harness.lm_eval_plugin.generation import (
@@ -265,7 +265,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         return record
 
     def _encode(self, docs: Sequence[DocInput], new_tokens: int = 0):
-        requests = [CaptureRequest(doc.prompt, doc.images, doc.query_char_span) for doc in docs]
+        requests = [CaptureRequest(doc.prompt, doc.images, doc.query_char_span, doc.needle_char_span) for doc in docs]
         image_token = image_token_id(self.model, resolve_adapter(self.model))
         try:
             inputs, layouts = encode_requests(self.processor, requests, image_token, self.image_call)
@@ -292,7 +292,8 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         return UserInputError(f"{names} ({self.pretrained}): {err}")
 
     def _tensors(self, capture) -> dict[str, torch.Tensor]:
-        return {name: getattr(capture, name) for name in CAPTURED_FIELDS}
+        names = CAPTURED_FIELDS + (NEEDLE_TENSORS if capture.needle_mass is not None else ())
+        return {name: getattr(capture, name) for name in names}
 
     def _base_record(self, doc: DocInput, capture) -> dict[str, Any]:
         return {

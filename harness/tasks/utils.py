@@ -1,9 +1,10 @@
 """Task hooks of the ICIR-MCQ and Visual Haystacks lm-eval tasks (YAML ``!function utils.<name>``).
 
-Datasets come from local folders built by ``icir build-mcq`` / ``icir build-vhs``, named by
-lm-eval's ``--metadata`` (``icir_mcq_data=DIR``, ``vhs_data=DIR``, and ``coco_root=DIR`` for
-folders built with ``--no-embed-images``) or by the environment variables ``ICIR_MCQ_DATA``,
-``ICIR_VHS_DATA`` and ``ICIR_COCO_ROOT``.
+Datasets come from local folders built by ``icir build-mcq`` / ``icir build-vhs`` /
+``icir build-needle``, named by lm-eval's ``--metadata`` (``icir_mcq_data=DIR``, ``vhs_data=DIR``,
+``text_needle_data=DIR``, and ``coco_root=DIR`` for folders built with ``--no-embed-images``) or by
+the environment variables ``ICIR_MCQ_DATA``, ``ICIR_VHS_DATA``, ``ICIR_NEEDLE_DATA`` and
+``ICIR_COCO_ROOT``.
 
 ``process_results`` returns each document's ``acc`` (and VHs ``compliance``); the head metrics
 are computed after lm-eval by the analysis stage (`harness.analysis`) from the activation store,
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import datasets
@@ -22,8 +24,10 @@ import numpy as np
 from icir_common import UserInputError, inside_root
 from vhs_adapter.scoring import is_compliant, is_correct
 
-# Dataset kind -> the environment variable that names its folder when --metadata does not.
-DATA_FOLDER_ENV = {"icir_mcq": "ICIR_MCQ_DATA", "vhs": "ICIR_VHS_DATA"}
+# Dataset kind -> the environment variable that names its folder when --metadata does not,
+# and the command that builds one.
+DATA_FOLDER_ENV = {"icir_mcq": "ICIR_MCQ_DATA", "vhs": "ICIR_VHS_DATA", "text_needle": "ICIR_NEEDLE_DATA"}
+BUILD_COMMAND = {"icir_mcq": "icir build-mcq", "vhs": "icir build-vhs", "text_needle": "icir build-needle"}
 
 
 def _folder(kind: str, given: str | None) -> Path:
@@ -32,7 +36,7 @@ def _folder(kind: str, given: str | None) -> Path:
     if not value:
         raise UserInputError(
             f"no {kind} dataset folder given: pass --metadata {kind}_data=DIR to `icir eval`/lm-eval, or set {env} "
-            f"(build one with `icir build-{'mcq' if kind == 'icir_mcq' else 'vhs'}`)"
+            f"(build one with `{BUILD_COMMAND[kind]}`)"
         )
     folder = Path(value).expanduser()
     if not (folder / "README.md").is_file():
@@ -122,6 +126,20 @@ def load_vhs(vhs_config: str, vhs_data: str | None = None, coco_root: str | None
         UserInputError: as `load_icir_mcq`.
     """
     return _load_config(_folder("vhs", vhs_data), vhs_config, coco_root)
+
+
+def load_text_needle(text_needle_data: str | None = None, coco_root: str | None = None, **_metadata):
+    """The text needle folder's ``needle`` config (App. K) as a ``DatasetDict`` (split ``test``).
+
+    Raises:
+        UserInputError: as `load_icir_mcq`.
+    """
+    return _load_config(_folder("text_needle", text_needle_data), "needle", coco_root)
+
+
+def process_text_needle(doc: dict, results: list) -> dict:
+    """Text needle ``acc``: the needle's number appears in the response as a whole number (App. K)."""
+    return {"acc": float(doc["answer"] in re.findall(r"\d+", results[0]))}
 
 
 def process_icir_mcq(doc: dict, results: list) -> dict:
