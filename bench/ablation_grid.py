@@ -16,13 +16,13 @@ Models:
 - ``demo``: the shipped demo model (4 x 6 heads; arms capped at its 24 heads, K in {1, 2, 3}) on
   its 64 px images of 4 tokens each: a short prefix, so a smaller ratio.
 
-Measured (2-core CPU, 1 thread, median of 2-4 documents after a warm-up, 2026-12-01), four runs:
-widened model x21.4 (1.45 s per document prefix-shared against 31.09 s with a full forward per
-cell), x19.7, x17.3 (1.62 s against 28.01 s) and x15.0 (on a loaded machine); demo model x5.6 to
-x7.9 (0.05 s against 0.37 s). Every cell's outcome identical in both routes, every run. The
-prefix prefill alone costs about one full forward (0.75-0.8 s), about half of the shared route;
-the 37 cells' suffixes and decoding through the shared-prefix kernel take the rest. The target
-of at least x20 is reached in one run of four on this machine.
+Measured (2-core CPU, 1 thread, median of 3 documents after a warm-up, 2026-12-01), three runs:
+widened model x27.1 (1.03 s per document prefix-shared against 27.95 s with a full forward per
+cell), x22.6 (1.24 s against 28.10 s) and x25.2 (1.10 s against 27.64 s); demo model x8.5 and
+x8.1 (0.03-0.04 s against 0.29-0.32 s). Every cell's outcome identical in both routes, every run.
+The prefix prefill alone costs about one full forward (0.75-0.8 s), most of the shared route; the
+37 cells' suffixes and decoding run as one batch through the shared-prefix kernel (CPU: aten's
+flash kernel over the prefix, merged with the rows' own keys by log-sum-exp) in the rest.
 
 Usage: ``python bench/ablation_grid.py [--docs 3] [--threads 1] [--models widened demo]``
 """

@@ -35,6 +35,19 @@ def no_grad():
         yield
 
 
+@pytest.fixture(params=["cpu_flash_merge", "one_masked_sdpa"])
+def kernel(request, monkeypatch):
+    """Both routes of the shared-prefix kernel: CPU flash + log-sum-exp merge, and the one masked
+    sdpa call that other devices take (forced here by hiding the CPU kernel)."""
+    import harness.ablation.shared_prefix as shared
+
+    if request.param == "one_masked_sdpa":
+        monkeypatch.setattr(shared, "_CPU_FLASH", None)
+    elif shared._CPU_FLASH is None:
+        pytest.skip("this torch has no CPU flash kernel")
+    return request.param
+
+
 @pytest.fixture(scope="module", params=ARCHS)
 def setup(request):
     torch.manual_seed(0)
@@ -49,7 +62,7 @@ def _full_logits(model, inputs, heads, start):
         return model(**inputs).logits[0, -1]
 
 
-def test_prefix_shared_equals_full_forward(setup):
+def test_prefix_shared_equals_full_forward(setup, kernel):
     model, processor, inputs, layout = setup
     start = layout.cattok  # the first anchor token
     assert can_share_prefix(layout, start) is None
@@ -84,7 +97,7 @@ def _suffix_logits(model, inputs, start, rows, share):
 
 
 @pytest.mark.parametrize("share", [True, False], ids=["shared_prefix_kernel", "repeated_cache"])
-def test_suffix_logits_match_to_1e5(setup, share):
+def test_suffix_logits_match_to_1e5(setup, share, kernel):
     model, _, inputs, layout = setup
     if share and shared_prefix_supported(language_model(model, resolve_adapter(model))) is not None:
         pytest.skip("sliding-window attention: cells repeat the prefix cache instead")

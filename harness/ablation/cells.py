@@ -34,10 +34,10 @@ from harness.lm_eval_plugin.generation import GreedySettings, continue_greedy, g
 ROPE_INPUTS = ("mm_token_type_ids", "image_grid_thw", "video_grid_thw", "second_per_grid_ts", "attention_mask")
 
 
-# Cells per suffix forward: rows that read the one prefix cache are cheap, but their score blocks
-# outgrow the CPU cache beyond about a dozen (bench/ablation_grid.py); rows that each hold a copy
+# Cells per suffix forward: rows that read the one prefix cache are cheap, so one document's whole
+# N = 10 grid (37 cells) runs as one batch (bench/ablation_grid.py); rows that each hold a copy
 # of the prefix cache cost its memory.
-SHARED_BATCH, REPEATED_BATCH = 12, 8
+SHARED_BATCH, REPEATED_BATCH = 40, 8
 
 
 def _tokens(inputs, end: int) -> dict:

@@ -4,11 +4,11 @@ The cells of a document differ only from the ablation start on, so their prefix 
 are the same tensors. `shared_prefix` registers the kernel ``shared_prefix_sdpa`` with
 transformers' ``AttentionInterface`` (its masks are sdpa's, `AttentionMaskInterface`) and
 routes the language model's attention through it while the block runs: each layer's keys and
-values are the prefix's ``[1, KV, P, d]`` (read once, broadcast over the rows, never copied)
-followed by the row's own, which the model's cache holds from the ablation start on. Scores are
-``q k^T * scaling`` over both parts, the row part masked as the model's mask says (causal over the
-rows' own tokens; the prefix is wholly visible), one softmax in float32, then the weighted values:
-sdpa's arithmetic, without repeating the prefix for every row and every KV-head group.
+values are the prefix's ``[1, KV, P, d]`` (read once for all rows, never repeated per row)
+followed by the row's own, which the model's cache holds from the ablation start on. All rows'
+queries of a layer attend together, through torch's own attention kernels: the prefix wholly
+visible, the rows' own keys masked as the model's mask says (causal over the rows' own tokens),
+other rows' keys hidden (`shared_prefix_attention`).
 
 The model's cache then counts only the rows' own tokens, so the caller passes absolute
 ``position_ids``. Models with sliding-window or soft-capped attention are not routed
@@ -18,7 +18,6 @@ The model's cache then counts only the rows' own tokens, so the caller passes ab
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 
 import torch
@@ -43,12 +42,77 @@ def shared_prefix_supported(language_model) -> str | None:
     return None
 
 
+# aten's CPU flash kernel, the one sdpa dispatches to on CPU, called directly for the log-sum-exp
+# of each query row that it returns beside the output (None if this torch build lacks it).
+_CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _own_scores(query, key, attention_mask, scale: float):
+    """``[B, KV, G, q, s]`` scaled scores of each row's queries on its own keys, masked as the
+    model's mask says (``[B, 1, q, >= s]``, its last s columns the rows' own tokens; boolean or
+    additive), or causally without one."""
+    batch, heads, length, dim = query.shape
+    kv_heads, rows = key.shape[1], key.shape[2]
+    grouped = query.reshape(batch, kv_heads, heads // kv_heads, length, dim)
+    scores = torch.matmul(grouped, key[:, :, None].transpose(-1, -2)) * scale
+    if attention_mask is not None:
+        mask = (attention_mask[:, :, None] if attention_mask.dim() == 4 else attention_mask)[..., -rows:]
+        return scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
+    allowed = torch.ones(length, rows, dtype=torch.bool, device=query.device).tril(rows - length)
+    return scores.masked_fill(~allowed, float("-inf"))
+
+
+def _merged_attention(queries, prefix_keys, prefix_values, query, key, value, attention_mask, scale: float):
+    """CPU: the prefix part by the flash kernel (all rows' queries as one sequence, the prefix wholly
+    visible), the own part by hand, merged by their log-sum-exps: ``[B, H, q, d]``."""
+    batch, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    on_prefix, prefix_lse = _CPU_FLASH(queries, prefix_keys, prefix_values, 0.0, False, attn_mask=None,
+                                       scale=scale)[:2]  # [1, KV, B*G*q, d], [1, KV, B*G*q]
+    own = _own_scores(query, key, attention_mask, scale)  # [B, KV, G, q, s]
+    own_lse = torch.logsumexp(own, dim=-1, keepdim=True)
+    on_own = torch.matmul(torch.exp(own - own_lse), value[:, :, None])  # [B, KV, G, q, d]
+
+    def per_row(tensor, width):  # [1, KV, B*G*q, width] -> [B, KV, G, q, width]
+        return tensor.reshape(kv_heads, batch, heads // kv_heads, length, width).transpose(0, 1)
+
+    prefix_lse = per_row(prefix_lse[..., None], 1)
+    total = torch.logaddexp(prefix_lse, own_lse)
+    output = per_row(on_prefix, dim) * torch.exp(prefix_lse - total) + on_own * torch.exp(own_lse - total)
+    return output.reshape(batch, heads, length, dim)
+
+
+def _row_mask(attention_mask, batch: int, groups: int, length: int, rows: int, prefix: int, device) -> torch.Tensor:
+    """``[B*G*q, P + B*s]`` mask of the flattened rows over ``[prefix ; every row's own keys]``:
+    row ``(b, g, t)`` sees the whole prefix and, of the own keys, only row b's, as the model's
+    mask says (`_own_scores`). Boolean masks stay boolean (True: attend), additive ones additive."""
+    if attention_mask is not None:
+        own = (attention_mask[:, 0] if attention_mask.dim() == 4 else attention_mask)[..., -rows:]  # [B, q, s]
+        own = own.expand(batch, length, rows)
+    else:
+        own = torch.ones(length, rows, dtype=torch.bool, device=device).tril(rows - length).expand(batch, length, rows)
+    same = torch.eye(batch, dtype=torch.bool, device=device)[:, None, None, :, None]  # [B, 1, 1, B, 1]
+    if own.dtype == torch.bool:
+        block = same & own[:, None, :, None, :]
+        visible = torch.ones(1, prefix, dtype=torch.bool, device=device)
+    else:
+        block = torch.where(same, own[:, None, :, None, :], torch.finfo(own.dtype).min)
+        visible = torch.zeros(1, prefix, dtype=own.dtype, device=device)
+    block = block.expand(batch, groups, length, batch, rows).reshape(batch * groups * length, batch * rows)
+    return torch.cat([visible.expand(block.shape[0], prefix), block], dim=1)
+
+
 def shared_prefix_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """sdpa over ``[prefix ; row]`` keys: query [B, H, q, d], key/value [B, KV, s, d] (the rows' own).
 
-    The softmax is taken over both parts at once, as flash attention splits it: one running
-    maximum, the exponentials of each part, one normaliser. The prefix part multiplies all rows'
-    queries by the one prefix in a single matmul per KV head (no per-row copy).
+    Every row's queries of one KV head are laid end to end as one sequence of ``B*G*q`` queries
+    (G query heads per KV head), so the one prefix is read once for all rows and KV-head groups
+    and never repeated. On CPU, aten's flash kernel attends that sequence to the prefix and
+    returns each query's log-sum-exp, the rows' own keys are scored by hand, and the two parts
+    are merged as flash attention merges its blocks (`_merged_attention`). Elsewhere, one
+    ``scaled_dot_product_attention`` call attends it to ``[prefix ; all rows' own keys]`` with
+    `_row_mask` hiding the other rows' keys. Either way the softmax runs over the prefix and the
+    row's own keys together.
 
     Returns ``(output [B, q, H, d], None)`` as transformers' sdpa kernel does.
     """
@@ -56,27 +120,22 @@ def shared_prefix_attention(module, query, key, value, attention_mask, scaling=N
     batch, heads, length, dim = query.shape
     kv_heads, rows = key.shape[1], key.shape[2]
     groups = heads // kv_heads
-    scale = scaling if scaling is not None else 1.0 / math.sqrt(dim)
-    grouped = query.float().reshape(batch, kv_heads, groups, length, dim)
-    flat = grouped.permute(1, 0, 2, 3, 4).reshape(kv_heads, batch * groups * length, dim)  # [KV, B*G*q, d]
-    on_prefix = torch.bmm(flat, prefix_keys[0].float().transpose(1, 2)).mul_(scale)  # [KV, B*G*q, P]
-    on_rows = torch.matmul(grouped, key[:, :, None].float().transpose(-1, -2)).mul_(scale)  # [B, KV, G, q, s]
-    if attention_mask is not None:
-        mask = (attention_mask[:, :, None] if attention_mask.dim() == 4 else attention_mask)[..., -rows:]
-        on_rows = on_rows.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else on_rows + mask
-    elif length > 1:
-        allowed = torch.ones(length, rows, dtype=torch.bool, device=query.device).tril(rows - length)
-        on_rows = on_rows.masked_fill(~allowed, float("-inf"))
-    on_rows = on_rows.permute(1, 0, 2, 3, 4).reshape(kv_heads, batch * groups * length, rows)
-    top = torch.maximum(on_prefix.amax(-1, keepdim=True), on_rows.amax(-1, keepdim=True))
-    on_prefix, on_rows = on_prefix.sub_(top).exp_(), on_rows.sub_(top).exp_()
-    norm = on_prefix.sum(-1, keepdim=True) + on_rows.sum(-1, keepdim=True)
-    own_values = value.float().permute(1, 0, 2, 3)  # [KV, B, s, d]
-    from_rows = torch.matmul(on_rows.reshape(kv_heads, batch, groups * length, rows), own_values)
-    output = torch.bmm(on_prefix, prefix_values[0].float()).add_(from_rows.reshape(kv_heads, -1, dim)).div_(norm)
-    output = output.reshape(kv_heads, batch, groups, length, dim).permute(1, 0, 2, 3, 4).reshape(batch, heads,
-                                                                                                 length, dim)
-    return output.to(query.dtype).transpose(1, 2).contiguous(), None
+    scale = scaling if scaling is not None else dim ** -0.5
+
+    def lay_out(states, per_row):  # [B, KV, ..., n, d] -> [1, KV, B*...*n, d]
+        return states.transpose(0, 1).reshape(1, kv_heads, batch * per_row, dim)
+
+    queries = lay_out(query.reshape(batch, kv_heads, groups, length, dim), groups * length)
+    if query.device.type == "cpu" and _CPU_FLASH is not None:
+        output = _merged_attention(queries, prefix_keys, prefix_values, query, key, value, attention_mask, scale)
+    else:
+        keys = torch.cat([prefix_keys, lay_out(key, rows)], dim=2)
+        values = torch.cat([prefix_values, lay_out(value, rows)], dim=2)
+        mask = _row_mask(attention_mask, batch, groups, length, rows, prefix_keys.shape[2], query.device)
+        output = torch.nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask, scale=scale)
+        output = output.reshape(kv_heads, batch, groups, length, dim).transpose(0, 1).reshape(batch, heads, length,
+                                                                                                dim)
+    return output.transpose(1, 2).contiguous(), None
 
 
 @contextlib.contextmanager
