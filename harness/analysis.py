@@ -484,7 +484,8 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
             analysis.notes.append(f"writer probes are fit once, on the pooled group {group}")
         analyses[name] = analysis
     for task, part in parts.items():
-        documents[task] = document_records(part, analyses.get(task))
+        if task not in TEXT_NEEDLE_TASKS:  # a needle answer is no option letter or Yes/No: lm-eval's acc scores it
+            documents[task] = document_records(part, analyses.get(task))
     primary = "exact" if spec.pointer_mode == "exact" else "eq3"
     text = {task: text_retrieval(store, task, n, primary) for task, n in spec.tasks.items() if task in TEXT_NEEDLE_TASKS}
     return RunAnalysis(analyses, documents, {task: dataset_summary(part) for task, part in parts.items()}, text)
