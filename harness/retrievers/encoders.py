@@ -78,11 +78,11 @@ class RetrieverSpec:
                                      "(pass a transformers model folder)")
         else:
             from huggingface_hub import hf_hub_download
-            from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+            from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError
 
             try:
                 config_file = Path(hf_hub_download(self.path, "config.json"))
-            except (HfHubHTTPError, LocalEntryNotFoundError, ValueError, OSError) as err:
+            except (EntryNotFoundError, HfHubHTTPError, ValueError, OSError) as err:  # OSError: not cached offline
                 raise UserInputError(f"--retriever {self.kind}={self.path}: not a local folder and not "
                                      f"loadable from the Hub ({type(err).__name__})") from None
         model_type = read_json(config_file).get("model_type")
