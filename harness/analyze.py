@@ -20,13 +20,13 @@ from typing import Any
 from harness.activation_store import SETTINGS_FILE
 from harness.analysis import HeadAnalysis, RunAnalysis, RunSpec, analyse_run
 from harness.artifacts import pointer_values, summary, write_artifacts, write_text_artifacts
-from harness.metrics.rankings import top_head_values
 from harness.constants import (
     POINTER_METRICS,
     VOTE_METRICS,
     WRITER_METRICS,
     WRITER_VOTE_METRICS,
 )
+from harness.metrics.rankings import top_head_values
 from harness.metrics.writer import WriterProbeConfig
 from harness.protocol import PROTOCOL_POINTER_MODE, merged_token_summary, protocol_record, write_protocol
 from icir_common import UserInputError
@@ -141,7 +141,8 @@ def analyze_results(results: dict, model_args: dict[str, Any], artifacts_dir: Pa
     Returns:
         ``{task or group name: summary}`` (`artifacts.summary`); the run's protocol record
         (`harness.protocol`) is ``results["icir"]["protocol"]`` and each unit's
-        ``artifacts_dir/<unit>/protocol.json``.
+        ``artifacts_dir/<unit>/protocol.json``; a text needle task's top-5 heads by needle mass
+        are ``results["icir"]["text_heads"][task]`` (its artifacts: `artifacts.write_text_artifacts`).
 
     Raises:
         UserInputError: see `run_spec` and `analysis.analyse_run`; a unit folder of another run
