@@ -38,6 +38,27 @@ def parse_model_args(model_args: str | dict[str, Any] | None) -> dict[str, Any]:
     return dict(model_args)
 
 
+def parse_metadata(text: str) -> dict[str, Any]:
+    """Task metadata given on a command line: a JSON object (``'{"vhs_data": "DIR"}'``, as lm-eval's
+    ``--metadata`` takes it) or ``key=value,key2=value2`` (lm-eval's model-argument form).
+
+    Raises:
+        UserInputError: neither form, naming what was given.
+    """
+    import json
+
+    from lm_eval.utils import simple_parse_args_string
+
+    text = text.strip()
+    try:
+        value = json.loads(text) if text.startswith("{") else simple_parse_args_string(text)
+    except (json.JSONDecodeError, ValueError) as err:
+        raise UserInputError(f"--metadata {text!r} is neither a JSON object nor key=value pairs ({err})") from None
+    if not isinstance(value, dict):
+        raise UserInputError(f"--metadata {text!r} is not a JSON object")
+    return value
+
+
 def run_folder(output_path: str | os.PathLike, model_args: dict[str, Any]) -> Path:
     """``OUTPUT/<model name>``: where this model's results, store and artifacts go."""
     from harness.demo_model import default_model_path

@@ -597,6 +597,9 @@ def table_15(runs: list[Run], options: argparse.Namespace) -> Table:
             f"{run.name}: image top-{k} in layers {layers['image'][0]}-{layers['image'][-1]}, text top-{k} in layers "
             f"{layers['text'][0]}-{layers['text'][-1]} ({unit} pointer ranking vs {task}, {text_file['n_docs']} documents)",
         ]
+    notes.append(f"Character: Mixed when both ranks are within {2 * TEXT_TOP_K}, else Image- or Text-specific by the "
+                 "better rank (docs/protocol.md); Image R@1 is the Eq. 3 pointer score on ICIR-MCQ, needle mass the "
+                 "mean attention on the needle sentence at the last prefill token")
     return Table(15, "Image vs text retrieval rankings: each head's rank by ICIR-MCQ pointer R@1 and by attention mass "
                      "on the text needle", ["Model", "Head", "Image rank", "Text rank", "Character",
                                             "Image R@1 (Eq. 3)", "Needle mass"], rows, notes)

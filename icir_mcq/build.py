@@ -123,6 +123,9 @@ def build_icir_mcq(
         raise UserInputError("give at least one MM-NIAH retrieval-image.jsonl file with --mmniah")
     coco_root = Path(coco_root).resolve()
     mmniah_files = [Path(f).resolve() for f in mmniah_files]
+    missing = [str(f) for f in mmniah_files if not f.is_file()]
+    if missing:
+        raise UserInputError(f"MM-NIAH file {missing[0]} not found; pass its retrieval-image.jsonl with --mmniah")
     seconds: dict[str, float] = {}
     inputs = [("--coco", coco_root)] + [("--mmniah", f.parent) for f in mmniah_files]
     with atomic_output_dir(out, overwrite=overwrite, kind=BUILD_KIND, inputs=inputs) as tmp:

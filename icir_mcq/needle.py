@@ -168,6 +168,9 @@ def build_text_needle(coco_root: str | Path, mmniah_files: list[str | Path], out
         raise UserInputError("give at least one MM-NIAH retrieval-image.jsonl file with --mmniah")
     coco_root = Path(coco_root).resolve()
     mmniah_files = [Path(f).resolve() for f in mmniah_files]
+    missing = [str(f) for f in mmniah_files if not f.is_file()]
+    if missing:
+        raise UserInputError(f"MM-NIAH file {missing[0]} not found; pass its retrieval-image.jsonl with --mmniah")
     inputs = [("--coco", coco_root)] + [("--mmniah", f.parent) for f in mmniah_files]
     with atomic_output_dir(out, overwrite=overwrite, kind=BUILD_KIND, inputs=inputs) as tmp:
         records = sample_needles(load_coco(coco_root), load_contexts(mmniah_files), samples, n_images, seed,

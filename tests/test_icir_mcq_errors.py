@@ -150,7 +150,7 @@ def test_malformed_mmniah_line(toy_corpus, tmp_path):
 
 
 def test_missing_mmniah_file(toy_corpus, tmp_path):
-    _fails(toy_corpus, tmp_path / "out", "cannot read MM-NIAH file", mmniah=[tmp_path / "mmniah" / "absent.jsonl"])
+    _fails(toy_corpus, tmp_path / "out", "MM-NIAH file .* not found", mmniah=[tmp_path / "mmniah" / "absent.jsonl"])
 
 
 def test_bad_options(toy_corpus, tmp_path):

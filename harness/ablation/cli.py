@@ -9,7 +9,6 @@ are printed at the end. A killed run resumes where it stopped when rerun with th
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -41,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "writer_ranking.json)")
     parser.add_argument("--tasks", required=True, help="comma-separated vhs_single_n{N} tasks")
     parser.add_argument("--model_args", default="", help="as for icir eval (pretrained=..., image_budget=...)")
-    parser.add_argument("--metadata", default="{}", help='task metadata JSON, e.g. {"vhs_data": DIR}')
+    parser.add_argument("--metadata", default="{}", help='task metadata: JSON ({"vhs_data": DIR}) or vhs_data=DIR')
     parser.add_argument("--output_path", type=Path, required=True, help="results go to OUTPUT/<model>/ablation/")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when there is one, else cpu)")
     parser.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="head budgets K (default 5..30)")
@@ -69,10 +68,9 @@ def run_ablate(args: argparse.Namespace) -> int:
     from harness.model_names import model_name
     from harness.protocol import PROTOCOL, dataset_fingerprint, versions
 
-    try:
-        metadata = json.loads(args.metadata)
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"--metadata is not JSON ({err})") from None
+    from harness.evaluation import parse_metadata
+
+    metadata = parse_metadata(args.metadata)
     import torch
 
     model_args = parse_model_args(args.model_args)

@@ -23,7 +23,6 @@ of the submission's ``submission.json``; the leaderboard marks the entry *verifi
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -238,10 +237,9 @@ def run_verify(args: argparse.Namespace) -> int:
 
     if args.docs < 1:
         raise UserInputError(f"--docs must be at least 1, got {args.docs}")
-    try:
-        metadata = json.loads(args.metadata)
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"--metadata is not JSON ({err})") from None
+    from harness.evaluation import parse_metadata
+
+    metadata = parse_metadata(args.metadata)
     found = verify(args.submission, metadata, args.docs, args.seed, parse_model_args(args.model_args), args.device)
     for name, value in found.agreement.items():
         mismatched = found.mismatches.get(name) or []

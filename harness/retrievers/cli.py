@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--retriever", action="append", required=True, metavar="KIND=PATH",
                         help=f"KIND one of {', '.join(RETRIEVER_KINDS)}; PATH a model folder or Hub id (repeatable)")
     parser.add_argument("--tasks", default="vhs_single_n10", help="comma-separated vhs_single_n{N} tasks (default N=10)")
-    parser.add_argument("--metadata", default="{}", help='task metadata JSON, e.g. {"vhs_data": DIR}')
+    parser.add_argument("--metadata", default="{}", help='task metadata: JSON ({"vhs_data": DIR}) or vhs_data=DIR')
     parser.add_argument("--output_path", type=Path, default=None,
                         help="write retrievers.json (per-document picks) and table_2.md into this folder")
     parser.add_argument("--leaderboard", type=Path, default=None, metavar="DIR",
@@ -48,10 +48,9 @@ def run_retrievers(args: argparse.Namespace) -> int:
         retriever_label, retriever_picks, run_documents, table_2)
     from icir_common import atomic_file, write_json
 
-    try:
-        metadata = json.loads(args.metadata)
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"--metadata is not JSON ({err})") from None
+    from harness.evaluation import parse_metadata
+
+    metadata = parse_metadata(args.metadata)
     if args.batch_size < 1:
         raise UserInputError(f"--batch-size must be at least 1, got {args.batch_size}")
     specs = [RetrieverSpec.parse(text) for text in args.retriever]

@@ -83,8 +83,8 @@ class RetrieverSpec:
             try:
                 config_file = Path(hf_hub_download(self.path, "config.json"))
             except (EntryNotFoundError, HfHubHTTPError, ValueError, OSError) as err:  # OSError: not cached offline
-                raise UserInputError(f"--retriever {self.kind}={self.path}: not a local folder and not "
-                                     f"loadable from the Hub ({type(err).__name__})") from None
+                raise UserInputError(f"--retriever {self.kind}={self.path}: no such folder, and not a Hub model id "
+                                     f"whose config.json is cached or reachable ({type(err).__name__})") from None
         model_type = read_json(config_file).get("model_type")
         if model_type not in MODEL_TYPES[self.kind]:
             raise UserInputError(

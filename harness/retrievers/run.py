@@ -67,8 +67,8 @@ def run_documents(runs: Sequence[Run], tasks: Sequence[str]) -> dict[str, TaskDo
         seen: dict[tuple, str] = {}
         for run in runs:
             if not run.has(task):
-                raise UserInputError(f"{run.folder} has no icir_artifacts/{task}; run icir eval --tasks {task} "
-                                     f"--output_path {run.folder.parent} first (or leave {task} out)")
+                raise UserInputError(f"{run.folder} has no icir_artifacts/{task}; run {run.transfer_command(task)} "
+                                     f"first (its VHs folder needs N={vhs_single_size(task)}), or leave {task} out")
             protocol = run.read(task, "protocol.json", f"rerun icir analyze {run.folder}")
             record = protocol.get("datasets", {}).get(task)
             if not record:
