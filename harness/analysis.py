@@ -89,6 +89,8 @@ class TaskDocs:
             and Eq. 3 proxy.
         head_output: float32 ``[S, P, L, H, d_h]`` or None when no writer metric needs it.
         image_embeds: per document float32 ``[N, d_model]``, or None likewise.
+        needle_mass: text needle tasks (App. K): ``{store tensor name: float32 [S, L, H]}`` of
+            `NEEDLE_TENSORS`, each document's mass on its needle; None for other tasks.
     """
 
     task: str
@@ -98,6 +100,7 @@ class TaskDocs:
     pointer_eq3: list[torch.Tensor]
     head_output: torch.Tensor | None
     image_embeds: list[torch.Tensor] | None
+    needle_mass: dict[str, torch.Tensor] | None = None
 
     @property
     def targets(self) -> np.ndarray:
@@ -123,13 +126,24 @@ def _target(fields: Mapping[str, Any]) -> int:
 
 
 def load_task_docs(store: ActivationStore, task: str, n_docs: int, with_head_outputs: bool) -> TaskDocs:
-    """Read doc ids ``0 .. n_docs - 1`` of `task` from `store` in one pass.
+    """Read doc ids ``0 .. n_docs - 1`` of `task` from `store` in one pass (with the needle masses
+    of a text needle task).
 
     Raises:
-        UserInputError: a document missing from the store (named by `ActivationStore.load`).
+        UserInputError: a document missing from the store (named by `ActivationStore.load`), or a
+            text needle document stored without a needle mass.
     """
-    fields = ["pointer", "pointer_eq3"] + (["head_output", "image_embeds"] if with_head_outputs else [])
+    needles = task in TEXT_NEEDLE_TASKS
+    fields = (["pointer", "pointer_eq3"] + (["head_output", "image_embeds"] if with_head_outputs else [])
+              + (list(NEEDLE_TENSORS) if needles else []))
     docs = store.load(task, range(n_docs), fields)
+    needle_mass = None
+    if needles:
+        lacking = [doc.doc_id for doc in docs if not set(NEEDLE_TENSORS) <= set(doc.tensors)]
+        if lacking:
+            raise UserInputError(f"{task}: documents {lacking[:5]} were stored without a needle mass; their records "
+                                 "need a needle_char_span (build the folder with icir build-needle)")
+        needle_mass = {name: torch.stack([doc.tensors[name] for doc in docs]) for name in NEEDLE_TENSORS}
     head_output = None
     if with_head_outputs:
         head_output = torch.empty(len(docs), *docs[0].tensors["head_output"].shape)
@@ -143,6 +157,7 @@ def load_task_docs(store: ActivationStore, task: str, n_docs: int, with_head_out
         pointer_eq3=[doc.tensors["pointer_eq3"] for doc in docs],
         head_output=head_output,
         image_embeds=[doc.tensors["image_embeds"] for doc in docs] if with_head_outputs else None,
+        needle_mass=needle_mass,
     )
 
 
@@ -391,27 +406,11 @@ class TextRetrieval:
     grids: dict[str, np.ndarray]
     primary: str
 
-    @property
-    def ranking(self) -> np.ndarray:
-        """Flat head indices ``[L*H]`` by decreasing mean needle mass (`rankings.head_ranking`)."""
-        return head_ranking(self.grids[self.primary])
 
-
-def text_retrieval(store: ActivationStore, task: str, n_docs: int, primary: str) -> TextRetrieval:
-    """The `TextRetrieval` of a text needle task's documents ``0 .. n_docs - 1``.
-
-    Raises:
-        UserInputError: a document the store lacks, or one stored without a needle mass (a
-            document without ``needle_char_span``).
-    """
-    docs = store.load(task, range(n_docs), list(NEEDLE_TENSORS))
-    lacking = [doc.doc_id for doc in docs if set(doc.tensors) != set(NEEDLE_TENSORS)]
-    if lacking:
-        raise UserInputError(f"{task}: documents {lacking[:5]} were stored without a needle mass; their records need a "
-                             "needle_char_span (build the folder with icir build-needle)")
-    grids = {score: torch.stack([doc.tensors[name] for doc in docs]).double().mean(dim=0).numpy()
-             for score, name in zip(SCORES, NEEDLE_TENSORS)}
-    return TextRetrieval(task, n_docs, grids, primary)
+def text_retrieval(part: TaskDocs, primary: str) -> TextRetrieval:
+    """The `TextRetrieval` of a text needle task's documents: the mean of each head's mass."""
+    grids = {score: part.needle_mass[name].double().mean(dim=0).numpy() for score, name in zip(SCORES, NEEDLE_TENSORS)}
+    return TextRetrieval(part.task, len(part.records), grids, primary)
 
 
 @dataclass
@@ -464,11 +463,11 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
     needs_heads = {t for name in fitting for t in units[name]} | (set(spec.tasks) if spec.writer_probes else set())
     parts = {task: load_task_docs(store, task, n, task in needs_heads) for task, n in spec.tasks.items()}
     analyses, documents = {}, {}
+    primary = "exact" if spec.pointer_mode == "exact" else "eq3"  # the protocol ranks by Eq. 3
     for name, members in units.items():
         unit_parts = [parts[t] for t in members]
         if not any((part.targets >= 0).any() for part in unit_parts):
             continue
-        primary = "exact" if spec.pointer_mode == "exact" else "eq3"  # the protocol ranks by Eq. 3
         analysis = _pointer_analysis(name, unit_parts, positions, spec.heads_ranking, primary)
         if analysis.reported() is None:
             analysis.notes.append(
@@ -484,8 +483,7 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
             analysis.notes.append(f"writer probes are fit once, on the pooled group {group}")
         analyses[name] = analysis
     for task, part in parts.items():
-        if task not in TEXT_NEEDLE_TASKS:  # a needle answer is no option letter or Yes/No: lm-eval's acc scores it
+        if part.needle_mass is None:  # a needle answer is no option letter or Yes/No: lm-eval's acc scores it
             documents[task] = document_records(part, analyses.get(task))
-    primary = "exact" if spec.pointer_mode == "exact" else "eq3"
-    text = {task: text_retrieval(store, task, n, primary) for task, n in spec.tasks.items() if task in TEXT_NEEDLE_TASKS}
+    text = {task: text_retrieval(part, primary) for task, part in parts.items() if part.needle_mass is not None}
     return RunAnalysis(analyses, documents, {task: dataset_summary(part) for task, part in parts.items()}, text)

@@ -542,16 +542,20 @@ TEXT_TOP_K = 10  # Table 15's top-10 sets (App. K)
 SHOWN_PER_RANKING = 3  # Table 15 lists each ranking's top-3 heads and the heads in both top-10s
 
 
-def text_unit(run: Run) -> str:
-    """The run's text needle unit (App. K), or an error saying how to run it."""
+def find_text_unit(run: Run) -> str | None:
+    """The run's text needle unit (App. K): the first of `TEXT_NEEDLE_TASKS` it has artifacts of."""
     from harness.constants import TEXT_NEEDLE_TASKS
 
-    for task in TEXT_NEEDLE_TASKS:
-        if (run.artifacts / task / "text_retrieval.json").is_file():
-            return task
-    raise UserInputError(f"{run.folder} has no {ARTIFACTS_FOLDER}/{TEXT_NEEDLE_TASKS[0]}/text_retrieval.json; run "
-                         f"icir eval --tasks {TEXT_NEEDLE_TASKS[0]} --metadata '{{\"text_needle_data\": DIR}}' "
-                         f"--output_path {run.folder.parent} (DIR from icir build-needle)")
+    return next((t for t in TEXT_NEEDLE_TASKS if (run.artifacts / t / "text_retrieval.json").is_file()), None)
+
+
+def missing_text_unit(run: Run) -> str:
+    """What to run when `run` has no text needle unit."""
+    from harness.constants import TEXT_NEEDLE_TASKS
+
+    task = TEXT_NEEDLE_TASKS[0]
+    return (f"{run.folder} has no {ARTIFACTS_FOLDER}/{task}/text_retrieval.json; run icir eval --tasks {task} "
+            f"--metadata '{{\"text_needle_data\": DIR}}' --output_path {run.folder.parent} (DIR from icir build-needle)")
 
 
 def head_character(image_rank: int, text_rank: int, k: int = TEXT_TOP_K) -> str:
@@ -570,8 +574,11 @@ def table_15(runs: list[Run], options: argparse.Namespace) -> Table:
 
     rows, notes = [], []
     for run in runs:
-        unit, image, _, _ = _discovery_grids(run)
-        task = text_unit(run)
+        unit = run.icir_unit()
+        image = pointer_grids(run, unit, "eq3")[0][run.summary(unit)["position"]]
+        task = find_text_unit(run)
+        if task is None:
+            raise UserInputError(missing_text_unit(run))
         text_file = run.read(task, "text_retrieval.json", f"rerun icir analyze {run.folder}")
         text = grid_from_names(text_file["grids"][text_file["score"]], f"{run.artifacts / task}/text_retrieval.json")
         if text.shape != image.shape:
@@ -671,17 +678,13 @@ def run_compare(args: argparse.Namespace) -> int:
     from harness.constants import TEXT_NEEDLE_TASKS
 
     runs = find_runs(args.run_folders)
-    with_text = [run for run in runs if any((run.artifacts / t / "text_retrieval.json").is_file()
-                                            for t in TEXT_NEEDLE_TASKS)]
+    with_text = [run for run in runs if find_text_unit(run)]
     if len(runs) < 2 and not with_text:
-        try:
-            text_unit(runs[0])
-        except UserInputError as err:
-            raise UserInputError(f"icir compare needs two run folders of the same L x H (Table 4), or a run with "
-                                 f"{TEXT_NEEDLE_TASKS[0]} (Table 15): {err}") from None
+        raise UserInputError(f"icir compare needs two run folders of the same L x H (Table 4), or a run with "
+                             f"{TEXT_NEEDLE_TASKS[0]} (Table 15): {missing_text_unit(runs[0])}")
     tables = []
     if len(runs) >= 2:
-        tables.append(build_table(4, args.run_folders, top_k=args.top_k))
+        tables.append(table_4(runs, args))
     if with_text:
         tables.append(table_15(with_text, args))
     if args.json:

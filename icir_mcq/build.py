@@ -22,7 +22,7 @@ from icir_mcq.coco_index import load_coco
 from icir_mcq.features import FIELD_DOCS, icir_features
 from icir_mcq.hub_folder import render_card, write_config
 from icir_mcq.images import with_images
-from icir_mcq.mmniah import load_contexts
+from icir_mcq.mmniah import load_contexts, source_inputs
 from icir_mcq.sampling import EVAL_DIVISOR, CategoryReport, check_sample_counts, sample_configs
 from icir_mcq.validate import BUILD_INFO, ValidationFailed, validate_icir_mcq
 
@@ -104,8 +104,9 @@ def build_icir_mcq(
     re-reads COCO and MM-NIAH), and renamed to ``out`` only if there is no violation.
 
     Raises:
-        UserInputError: bad options or input files (see ``load_coco``, ``load_contexts``,
-            ``sample_configs``, ``read_image_bytes``); ``out`` exists without ``overwrite``.
+        UserInputError: bad options or input files (see ``source_inputs``, ``load_coco``,
+            ``load_contexts``, ``sample_configs``, ``read_image_bytes``); ``out`` exists without
+            ``overwrite``.
         ValidationFailed: the built folder violates a constraint; nothing is published.
     """
     configs = list(dict.fromkeys(configs))
@@ -115,19 +116,8 @@ def build_icir_mcq(
     if categories is not None and not list(categories):
         raise UserInputError("--categories is empty; give comma-separated COCO category names, or leave the option "
                              "out to use every servable category")
-    if seed < 0:
-        raise UserInputError(f"--seed must be >= 0, got {seed}")
-    if max_passage_chars is not None and max_passage_chars < 1:
-        raise UserInputError(f"--max-passage-chars must be at least 1, got {max_passage_chars}")
-    if not mmniah_files:
-        raise UserInputError("give at least one MM-NIAH retrieval-image.jsonl file with --mmniah")
-    coco_root = Path(coco_root).resolve()
-    mmniah_files = [Path(f).resolve() for f in mmniah_files]
-    missing = [str(f) for f in mmniah_files if not f.is_file()]
-    if missing:
-        raise UserInputError(f"MM-NIAH file {missing[0]} not found; pass its retrieval-image.jsonl with --mmniah")
+    coco_root, mmniah_files, inputs = source_inputs(coco_root, mmniah_files, seed, max_passage_chars)
     seconds: dict[str, float] = {}
-    inputs = [("--coco", coco_root)] + [("--mmniah", f.parent) for f in mmniah_files]
     with atomic_output_dir(out, overwrite=overwrite, kind=BUILD_KIND, inputs=inputs) as tmp:
         start = time.perf_counter()
         index = load_coco(coco_root)

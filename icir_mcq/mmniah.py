@@ -1,4 +1,5 @@
-"""Read MM-NIAH ``retrieval-image.jsonl`` files and cut each context into its text passages.
+"""Read MM-NIAH ``retrieval-image.jsonl`` files and cut each context into its text passages;
+`source_inputs` checks the COCO + MM-NIAH sources and options the builders share.
 
 Only the text is kept (``docs/formats.md``): a context's passages are the segments between its
 ``<image>`` placeholders, stripped, with empty segments skipped, in document order.
@@ -7,6 +8,7 @@ Only the text is kept (``docs/formats.md``): a context's passages are the segmen
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,3 +84,30 @@ def truncate_passage(passage: str, max_chars: int | None) -> str:
     cut = passage[: max_chars + 1]
     space = max((cut.rfind(c) for c in " \n\t"), default=-1)
     return (cut[:space].rstrip() if space > 0 else "") or passage[:max_chars]
+
+
+def source_inputs(coco_root: str | Path, mmniah_files: Sequence[str | Path], seed: int,
+                  max_passage_chars: int | None) -> tuple[Path, list[Path], list[tuple[str, Path]]]:
+    """Check the options every COCO + MM-NIAH builder shares and resolve its sources.
+
+    Returns:
+        ``(coco_root, mmniah_files, inputs)``: the resolved paths, and the ``(option, folder)``
+        inputs `icir_common.atomic_output_dir` keeps ``--out`` away from (the COCO root and each
+        MM-NIAH file's folder).
+
+    Raises:
+        UserInputError: a negative seed, ``max_passage_chars`` below 1, no MM-NIAH file, or one
+            that does not exist.
+    """
+    if seed < 0:
+        raise UserInputError(f"--seed must be >= 0, got {seed}")
+    if max_passage_chars is not None and max_passage_chars < 1:
+        raise UserInputError(f"--max-passage-chars must be at least 1, got {max_passage_chars}")
+    if not mmniah_files:
+        raise UserInputError("give at least one MM-NIAH retrieval-image.jsonl file with --mmniah")
+    coco_root = Path(coco_root).resolve()
+    files = [Path(f).resolve() for f in mmniah_files]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise UserInputError(f"MM-NIAH file {missing[0]} not found; pass its retrieval-image.jsonl with --mmniah")
+    return coco_root, files, [("--coco", coco_root)] + [("--mmniah", f.parent) for f in files]

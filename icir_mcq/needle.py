@@ -26,7 +26,7 @@ from icir_common import IMAGE_PLACEHOLDER, UserInputError, atomic_output_dir
 from icir_mcq.coco_index import load_coco
 from icir_mcq.hub_folder import render_card, write_config
 from icir_mcq.images import with_images
-from icir_mcq.mmniah import load_contexts, truncate_passage
+from icir_mcq.mmniah import load_contexts, source_inputs, truncate_passage
 
 BUILD_KIND = "text-needle"
 CONFIG = "needle"
@@ -159,19 +159,12 @@ def build_text_needle(coco_root: str | Path, mmniah_files: list[str | Path], out
     """Build the text needle folder (module docstring) at `out`, atomically.
 
     Raises:
-        UserInputError: bad options or input files (`load_coco`, `load_contexts`, `sample_needles`),
-            or `out` exists without `overwrite`.
+        UserInputError: bad options or input files (`source_inputs`, `load_coco`, `load_contexts`,
+            `sample_needles`), or `out` exists without `overwrite`.
     """
     if samples < 1 or n_images < 1:
         raise UserInputError(f"--samples and --images must be at least 1, got {samples} and {n_images}")
-    if not mmniah_files:
-        raise UserInputError("give at least one MM-NIAH retrieval-image.jsonl file with --mmniah")
-    coco_root = Path(coco_root).resolve()
-    mmniah_files = [Path(f).resolve() for f in mmniah_files]
-    missing = [str(f) for f in mmniah_files if not f.is_file()]
-    if missing:
-        raise UserInputError(f"MM-NIAH file {missing[0]} not found; pass its retrieval-image.jsonl with --mmniah")
-    inputs = [("--coco", coco_root)] + [("--mmniah", f.parent) for f in mmniah_files]
+    coco_root, mmniah_files, inputs = source_inputs(coco_root, mmniah_files, seed, max_passage_chars)
     with atomic_output_dir(out, overwrite=overwrite, kind=BUILD_KIND, inputs=inputs) as tmp:
         records = sample_needles(load_coco(coco_root), load_contexts(mmniah_files), samples, n_images, seed,
                                  max_passage_chars)

@@ -52,6 +52,10 @@ def test_records_slice_the_needle_and_the_query_exactly(needle_folder, shared, t
     assert (other / shard).read_bytes() != (needle_folder / shard).read_bytes()
     with pytest.raises(UserInputError, match="lower --images"):
         build_text_needle(coco, mmniah, tmp_path / "too_many", n_images=500)
+    with pytest.raises(UserInputError, match="--seed must be >= 0"):
+        build_text_needle(coco, mmniah, tmp_path / "negative", seed=-1)
+    with pytest.raises(UserInputError, match="MM-NIAH file .* not found"):
+        build_text_needle(coco, [tmp_path / "absent.jsonl"], tmp_path / "absent")
 
 
 @pytest.fixture(scope="module")

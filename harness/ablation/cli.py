@@ -64,11 +64,9 @@ def run_ablate(args: argparse.Namespace) -> int:
     """``icir ablate``: run or resume the grid, write the results, print Table 14."""
     from harness.ablation.results import write_results
     from harness.ablation.run import AblationSpec, run_grid
-    from harness.evaluation import parse_model_args
+    from harness.evaluation import parse_metadata, parse_model_args
     from harness.model_names import model_name
     from harness.protocol import PROTOCOL, dataset_fingerprint, versions
-
-    from harness.evaluation import parse_metadata
 
     metadata = parse_metadata(args.metadata)
     import torch

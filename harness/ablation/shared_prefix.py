@@ -47,19 +47,24 @@ def shared_prefix_supported(language_model) -> str | None:
 _CPU_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
+def _own_mask(attention_mask, batch: int, length: int, rows: int, device) -> torch.Tensor:
+    """``[B, q, s]`` mask of each row's queries over its own keys: the model's mask (``[B, 1, q, >= s]``
+    or ``[B, q, >= s]``, its last s columns the rows' own tokens; boolean, True to attend, or
+    additive), or causal without one."""
+    if attention_mask is None:
+        return torch.ones(length, rows, dtype=torch.bool, device=device).tril(rows - length).expand(batch, length, rows)
+    own = attention_mask[:, 0] if attention_mask.dim() == 4 else attention_mask
+    return own[..., -rows:].expand(batch, length, rows)
+
+
 def _own_scores(query, key, attention_mask, scale: float):
-    """``[B, KV, G, q, s]`` scaled scores of each row's queries on its own keys, masked as the
-    model's mask says (``[B, 1, q, >= s]``, its last s columns the rows' own tokens; boolean or
-    additive), or causally without one."""
+    """``[B, KV, G, q, s]`` scaled scores of each row's queries on its own keys, masked by `_own_mask`."""
     batch, heads, length, dim = query.shape
     kv_heads, rows = key.shape[1], key.shape[2]
     grouped = query.reshape(batch, kv_heads, heads // kv_heads, length, dim)
     scores = torch.matmul(grouped, key[:, :, None].transpose(-1, -2)) * scale
-    if attention_mask is not None:
-        mask = (attention_mask[:, :, None] if attention_mask.dim() == 4 else attention_mask)[..., -rows:]
-        return scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    allowed = torch.ones(length, rows, dtype=torch.bool, device=query.device).tril(rows - length)
-    return scores.masked_fill(~allowed, float("-inf"))
+    mask = _own_mask(attention_mask, batch, length, rows, query.device)[:, None, None]  # [B, 1, 1, q, s]
+    return scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
 
 
 def _merged_attention(queries, prefix_keys, prefix_values, query, key, value, attention_mask, scale: float):
@@ -85,12 +90,8 @@ def _merged_attention(queries, prefix_keys, prefix_values, query, key, value, at
 def _row_mask(attention_mask, batch: int, groups: int, length: int, rows: int, prefix: int, device) -> torch.Tensor:
     """``[B*G*q, P + B*s]`` mask of the flattened rows over ``[prefix ; every row's own keys]``:
     row ``(b, g, t)`` sees the whole prefix and, of the own keys, only row b's, as the model's
-    mask says (`_own_scores`). Boolean masks stay boolean (True: attend), additive ones additive."""
-    if attention_mask is not None:
-        own = (attention_mask[:, 0] if attention_mask.dim() == 4 else attention_mask)[..., -rows:]  # [B, q, s]
-        own = own.expand(batch, length, rows)
-    else:
-        own = torch.ones(length, rows, dtype=torch.bool, device=device).tril(rows - length).expand(batch, length, rows)
+    mask says (`_own_mask`). Boolean masks stay boolean (True: attend), additive ones additive."""
+    own = _own_mask(attention_mask, batch, length, rows, device)  # [B, q, s]
     same = torch.eye(batch, dtype=torch.bool, device=device)[:, None, None, :, None]  # [B, 1, 1, B, 1]
     if own.dtype == torch.bool:
         block = same & own[:, None, :, None, :]

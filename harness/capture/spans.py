@@ -209,10 +209,9 @@ def text_token_span(
     Raises:
         UserInputError: as `query_token`, for either end of the span.
     """
-    start, end = char_span
-    first = query_token(prompt, (start, start + 1), pieces, replacements, offsets) if end > start else None
-    last = query_token(prompt, char_span, pieces, replacements, offsets)
-    return (last if first is None else first), last + 1
+    last = query_token(prompt, char_span, pieces, replacements, offsets)  # first: it refuses an empty span
+    first = query_token(prompt, (char_span[0], char_span[0] + 1), pieces, replacements, offsets)
+    return first, last + 1
 
 
 def image_spans(

@@ -233,12 +233,10 @@ def register_verify(actions: argparse._SubParsersAction) -> None:
 
 def run_verify(args: argparse.Namespace) -> int:
     """``icir leaderboard verify``: print the agreement per field and every mismatch; 1 on failure, else 0."""
-    from harness.evaluation import parse_model_args
+    from harness.evaluation import parse_metadata, parse_model_args
 
     if args.docs < 1:
         raise UserInputError(f"--docs must be at least 1, got {args.docs}")
-    from harness.evaluation import parse_metadata
-
     metadata = parse_metadata(args.metadata)
     found = verify(args.submission, metadata, args.docs, args.seed, parse_model_args(args.model_args), args.device)
     for name, value in found.agreement.items():

@@ -40,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_retrievers(args: argparse.Namespace) -> int:
     """Check every input, score each retriever, write and print Table 2."""
+    from harness.evaluation import parse_metadata
     from harness.protocol import model_identity
     from harness.report import find_runs
     from harness.retrievers.encoders import RetrieverSpec, load_retriever
@@ -47,8 +48,6 @@ def run_retrievers(args: argparse.Namespace) -> int:
         LEADERBOARD_FOLDER, RESULTS_FILE, TABLE_FILE, leaderboard_records, load_haystacks, results_record,
         retriever_label, retriever_picks, run_documents, table_2)
     from icir_common import atomic_file, write_json
-
-    from harness.evaluation import parse_metadata
 
     metadata = parse_metadata(args.metadata)
     if args.batch_size < 1:

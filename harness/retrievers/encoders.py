@@ -182,7 +182,6 @@ class ContrastiveRetriever(Retriever):
         from transformers import AutoModel, AutoProcessor
 
         self.templates = OPENAI_IMAGENET_TEMPLATES
-
         self.model = AutoModel.from_pretrained(spec.path).to(device).eval()
         self.processor = AutoProcessor.from_pretrained(spec.path)
         self.padding = {"padding": "max_length", "max_length": SIGLIP_TEXT_LENGTH} if spec.kind == "siglip" else {
@@ -247,7 +246,7 @@ class EmbeddingRetriever(Retriever):
 
 
 def _json_safe(value):
-    return value if value is None or isinstance(value, (int, float, str)) else {k: v for k, v in dict(value).items()}
+    return value if value is None or isinstance(value, (int, float, str)) else dict(value)
 
 
 def load_retriever(spec: RetrieverSpec, device: str = "cpu", batch_size: int = 32) -> Retriever:

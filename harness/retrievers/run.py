@@ -103,7 +103,7 @@ def load_haystacks(documents: Mapping[str, TaskDocuments], metadata: Mapping[str
             not the runs' (another VHs folder, seed or build).
     """
     from harness.evaluation import task_requests
-    from harness.lm_eval_plugin.documents import PROMPT_FIELD, QUERY_SPAN_FIELD, fingerprint
+    from harness.lm_eval_plugin.documents import doc_input
     from harness.protocol import dataset_fingerprint
 
     for task, part in documents.items():
@@ -113,13 +113,13 @@ def load_haystacks(documents: Mapping[str, TaskDocuments], metadata: Mapping[str
             if doc_id not in instances:
                 raise UserInputError(f"{task}: the VHs folder has no document {doc_id}, which the runs evaluated; "
                                      "pass the folder they were run on (--metadata '{\"vhs_data\": DIR}')")
-            instance = instances[doc_id]
-            doc, images = instance.doc, list(instance.args[-1]["visual"])
-            prints.append(fingerprint(doc[PROMPT_FIELD], doc[QUERY_SPAN_FIELD], images))
-            needles = list(doc["needle_positions"])
+            # The model class's own reading of a request: the same images and fingerprint it recorded.
+            seen = doc_input(instances[doc_id])
+            prints.append(seen.fingerprint)
+            needles = seen.fields["needle_positions"]
             if len(needles) != 1:
                 raise UserInputError(f"{task} doc {doc_id}: {len(needles)} needle images; retrievers take single-needle haystacks")
-            part.docs.append(HaystackDoc(doc_id, str(doc["anchor"]), images, int(needles[0])))
+            part.docs.append(HaystackDoc(doc_id, str(instances[doc_id].doc["anchor"]), list(seen.images), int(needles[0])))
         if dataset_fingerprint(prints) != part.fingerprint:
             raise UserInputError(f"{task}: the haystacks of this VHs folder are not the ones the runs evaluated "
                                  "(dataset fingerprint differs); pass the VHs folder, seed and build of the runs")
@@ -199,7 +199,6 @@ def table_2(record: Mapping[str, Any]) -> Table:
                  "cosine of the anchor query with each image, argmax, on the same documents")
     return Table(2, "Image retrieval R@1 on Visual Haystacks: single pointer head vs external retrievers",
                  columns, rows, notes)
-
 
 
 def leaderboard_records(record: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
