@@ -48,6 +48,48 @@ _SHARD_RE = re.compile(r"^r(\d+)-(\d+)\.safetensors$")
 _TASK_RE = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
+def read_capture_settings(root: str | os.PathLike) -> dict[str, Any] | None:
+    """The capture settings of the store folder `root` (its `SETTINGS_FILE`), or None when it has none.
+
+    Raises:
+        UserInputError: a settings file that cannot be read or is not a JSON object (cut short or
+            edited), naming the file: the captures beside it cannot be matched to their settings.
+    """
+    path = Path(root) / SETTINGS_FILE
+    if not path.is_file():
+        return None
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        problem = f"cannot be read as JSON ({err})"
+    else:
+        if isinstance(settings, dict):
+            return settings
+        problem = f"holds a JSON {type(settings).__name__}, not an object"
+    raise UserInputError(
+        f"activation store settings file {path} {problem}: it was cut short or edited, so the captures beside it "
+        f"cannot be matched to their settings; delete the store folder {path.parent} or pass another store=DIR"
+    )
+
+
+def check_store_folder(root: str | os.PathLike) -> None:
+    """Check, without writing anything, that `root` can be an activation store folder.
+
+    `root` may be missing (it is created) or a folder; an existing store's settings file must
+    read (`read_capture_settings`).
+
+    Raises:
+        UserInputError: `root`, or the nearest existing folder above it, is not a folder (a
+            file), or its settings file does not read; naming the path and what to pass instead.
+    """
+    root = Path(root)
+    existing = next(path for path in (root, *root.parents) if path.exists())
+    if not existing.is_dir():
+        raise UserInputError(f"store {root}: {existing} is a file, not a folder; pass store=DIR naming a folder "
+                             "(created when missing) for the activation store")
+    read_capture_settings(root)
+
+
 class CorruptShardWarning(UserWarning):
     """A shard that failed its checksum or could not be read; its documents are recomputed."""
 
@@ -85,8 +127,9 @@ def _matches_checksum(shard: Path, checksum: Path) -> bool:
     return True
 
 
-def _verified_records(shard: Path) -> dict[str, Any] | None:
-    """The shard's records if its bytes match its checksum and it reads; else None (set aside, warned)."""
+def _verified_records(shard: Path, set_aside: bool = True) -> dict[str, Any] | None:
+    """The shard's records if its bytes match its checksum and it reads; else None (warned, and
+    with `set_aside` renamed ``.corrupt-<name>`` so that a writer recomputes its documents)."""
     checksum = checksum_path(shard)
     problem = None
     if not checksum.is_file():
@@ -99,8 +142,10 @@ def _verified_records(shard: Path) -> dict[str, Any] | None:
                 return json.loads(handle.metadata()["records"])
         except Exception as err:  # safetensors raises its own error types for damaged files
             problem = f"cannot be read ({type(err).__name__}: {err})"
-    warnings.warn(f"activation store shard {shard} {problem}: its documents are recomputed", CorruptShardWarning,
-                  stacklevel=3)
+    consequence = "its documents are recomputed" if set_aside else "its documents are not read"
+    warnings.warn(f"activation store shard {shard} {problem}: {consequence}", CorruptShardWarning, stacklevel=3)
+    if not set_aside:
+        return None
     for path in (shard, checksum):
         with contextlib.suppress(FileNotFoundError):  # another process may have set it aside already
             path.rename(path.with_name(f".corrupt-{path.name}"))
@@ -127,20 +172,32 @@ class ActivationStore:
             settings raises, so records made under different settings are never mixed.
         rank: this process's data-parallel rank (names its shards).
         flush_every: buffered documents per shard; a killed run recomputes at most this many.
+        read_only: open an existing store for reading only (the analysis stage): nothing under
+            ``root`` is created, written or renamed; a damaged shard is warned about and not read.
 
     Raises:
-        UserInputError: ``settings`` differ from those the store was created with.
+        UserInputError: ``settings`` differ from those the store was created with; ``root`` is
+            not a folder or its settings file does not read (`check_store_folder`); with
+            `read_only`, a folder without settings or shards.
     """
 
-    def __init__(self, root: str | os.PathLike, settings: Mapping[str, Any], rank: int = 0, flush_every: int = STORE_FLUSH):
+    def __init__(self, root: str | os.PathLike, settings: Mapping[str, Any], rank: int = 0, flush_every: int = STORE_FLUSH,
+                 read_only: bool = False):
         if flush_every < 1:
             raise UserInputError(f"store flush_every must be >= 1, got {flush_every}")
         self.root = Path(root)
         self.rank = int(rank)
         self.flush_every = int(flush_every)
         self.settings = json.loads(json.dumps(dict(settings), sort_keys=True))
-        self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "shards").mkdir(exist_ok=True)
+        self.read_only = read_only
+        check_store_folder(self.root)
+        if read_only:
+            if not (self.root / SETTINGS_FILE).is_file() or not (self.root / "shards").is_dir():
+                raise UserInputError(f"{self.root} is no activation store (no {SETTINGS_FILE} and shards/); "
+                                     "name the store folder the run captured into")
+        else:
+            self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "shards").mkdir(exist_ok=True)
         self._check_settings()
         self._index: dict[tuple[str, int], tuple[Path, dict[str, Any]]] = {}
         self._seen_shards: set[Path] = set()
@@ -154,8 +211,8 @@ class ActivationStore:
                 f"activation store {self.root} holds captures but no {SETTINGS_FILE}: what they were made with "
                 f"cannot be proven, so they are not reused; pass another store=DIR or delete that folder"
             )
-        if path.exists():
-            stored = json.loads(path.read_text())
+        stored = read_capture_settings(self.root)
+        if stored is not None:
             if stored != self.settings:
                 differing = sorted(k for k in set(stored) | set(self.settings) if stored.get(k) != self.settings.get(k))
                 raise UserInputError(
@@ -176,7 +233,7 @@ class ActivationStore:
             for shard in sorted(task_dir.glob("r*-*.safetensors")):
                 if shard in self._seen_shards or not _SHARD_RE.match(shard.name):
                     continue
-                records = _verified_records(shard)
+                records = _verified_records(shard, set_aside=not self.read_only)
                 if records is None:
                     continue
                 for doc_id, record in records.items():
@@ -213,7 +270,10 @@ class ActivationStore:
 
         Raises:
             UserInputError: a task name that cannot name a folder.
+            ValueError: the store was opened `read_only`.
         """
+        if self.read_only:
+            raise ValueError(f"activation store {self.root} was opened read-only")
         if not _TASK_RE.match(task):
             raise UserInputError(f"task name {task!r} cannot name a store folder (letters, digits, _.:- only)")
         if (task, int(doc_id)) in self:

@@ -11,7 +11,8 @@ stage reads each evaluated document from the store once and computes (paper §4-
   (App. H voting A) with the ``heads_ranking`` file or the unit's own ranking of the run's pointer
   mode, K in `harness.constants.VOTE_KS`;
 - the paper's transfer protocol (§4.3, Tables 2 and 5): with a ``heads_ranking``, ``pointer_r1`` is
-  the R@1 of that ranking's top head on these documents, and the best head chosen on the
+  the R@1 of that ranking's top head on these documents under the score that ranked it (the
+  ranking file's ``score``), so it equals the K = 1 vote (App. H); the best head chosen on the
   documents themselves is ``pointer_r1_oracle`` ("selected on the evaluation data"); without a
   ranking, a unit that is no discovery set (VHs) reports only the oracle;
 - ICIR-MCQ writer probes, fit once per (group, readout position) on the ``train`` documents and
@@ -40,8 +41,8 @@ import numpy as np
 import torch
 
 from harness.activation_store import ActivationStore
-from harness.constants import NEEDLE_TENSORS, POOLED_GROUPS, TEXT_NEEDLE_TASKS, VOTE_KS
-from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
+from harness.constants import NEEDLE_TENSORS, POINTER_SCORES, POOLED_GROUPS, TEXT_NEEDLE_TASKS, VOTE_KS
+from harness.lm_eval_plugin.rankings_io import load_writer_probes, read_head_ranking
 from harness.metrics.candidates import InContextCandidates
 from harness.metrics.pointer import pointer_r1, pointer_votes
 from harness.metrics.rankings import head_ranking, spearman, top_k_overlap
@@ -161,9 +162,6 @@ def load_task_docs(store: ActivationStore, task: str, n_docs: int, with_head_out
     )
 
 
-SCORES = ("exact", "eq3")  # Eq. 1 (the model's attention) and the Eq. 3 proxy, from one prefill
-
-
 @dataclass
 class HeadAnalysis:
     """Everything the results table and the artifacts report about one unit (a task or a group).
@@ -172,8 +170,10 @@ class HeadAnalysis:
         name: task or group name; tasks: the task names pooled (one for a task).
         positions: readout position names; the table reports ``positions[0]``.
         grids: ``{"exact": [P, L, H], "eq3": [P, L, H]}`` float64 per-head pointer R@1 of each score.
-        primary: the score the run ranks by (``exact`` or ``eq3``, from its pointer mode): it
-            feeds the vote and the per-document picks.
+        primary: the score the unit ranks by (``exact`` or ``eq3``): the run's pointer mode's,
+            or on a transfer set the score of the ``heads_ranking`` file. It is the score of the
+            unit's ``pointer_r1`` (protocol ``icir-heads/2``) and feeds the vote and the
+            per-document picks.
         chance: mean over documents of 1/N.
         head_votes: ``{score: int64 [S, L, H]}`` the image each head points to at ``positions[0]``.
         targets: int64 ``[S]`` target image per row.
@@ -231,31 +231,34 @@ class HeadAnalysis:
         """Primary pointer R@1 ``[L, H]`` at the reported readout position."""
         return self.grids[self.primary][0]
 
-    def best(self, score: str = "exact") -> float:
+    def best(self, score: str) -> float:
         """R@1 of the best head of `score` on these documents (Table 1 on ICIR-MCQ; the oracle on VHs)."""
         return float(self.grids[score][0].max())
 
-    def top_head(self, score: str = "exact") -> int:
+    def top_head(self, score: str) -> int:
         """Flat index ``l*H + h`` of the best head of `score` (ties: smaller index)."""
         return int(head_ranking(self.grids[score][0])[0])
 
-    def median(self, score: str = "exact") -> float:
+    def median(self, score: str) -> float:
         """Median pointer R@1 of `score` over all heads (§4.2: near chance)."""
         return float(np.median(self.grids[score][0]))
 
-    def reported(self, score: str = "exact") -> float | None:
-        """The table's ``pointer_r1``: the transferred ranking's top head, the best head of a
-        discovery set, or None (a transfer set without a ranking: only the oracle exists)."""
+    def reported(self, score: str) -> float | None:
+        """R@1 under `score` of the unit's reported head: the transferred ranking's top head, the
+        best head (of `score`) of a discovery set, or None (a transfer set without a ranking: only
+        the oracle exists). ``reported(primary)`` is the table's ``pointer_r1``."""
         if self.transferred is not None:
             return float(self.grids[score][0].ravel()[int(self.vote_ranking[0])])
         return self.best(score) if self.discovery else None
 
     @property
-    def score_agreement(self) -> dict[str, float]:
-        """Spearman correlation of the exact and Eq. 3 grids, and their top-10 overlap (fraction)."""
+    def score_agreement(self) -> dict[str, float | None]:
+        """Spearman correlation of the exact and Eq. 3 grids (None where a grid is constant, e.g.
+        every head at R@1 = 1: the correlation is undefined), and their top-10 overlap (fraction)."""
         exact, eq3 = self.grids["exact"][0], self.grids["eq3"][0]
         k = min(10, exact.size)
-        return {"spearman": spearman(exact, eq3), "top10_overlap": top_k_overlap(exact, eq3, k)}
+        constant = exact.min() == exact.max() or eq3.min() == eq3.max()
+        return {"spearman": None if constant else spearman(exact, eq3), "top10_overlap": top_k_overlap(exact, eq3, k)}
 
     @property
     def writer_best(self) -> float:
@@ -288,7 +291,7 @@ def _pointer_analysis(name: str, parts: Sequence[TaskDocs], positions: tuple[str
     """Both scores' grids, chance, votes and the vote curve of the rows of `parts` with a target."""
     scores = {
         score: [p for part in parts for p, t in zip(getattr(part, field), part.targets) if t >= 0]
-        for score, field in zip(SCORES, ("pointer", "pointer_eq3"))
+        for score, field in zip(POINTER_SCORES, ("pointer", "pointer_eq3"))
     }
     targets = np.concatenate([part.targets[part.targets >= 0] for part in parts])
     if not scores["exact"]:
@@ -298,7 +301,8 @@ def _pointer_analysis(name: str, parts: Sequence[TaskDocs], positions: tuple[str
         grids[score], chance = _grids(pointers, targets, len(positions))
     n_layers, n_heads = grids["exact"].shape[1:]
     if ranking_file:
-        ranking, source = load_head_ranking(ranking_file, n_layers, n_heads), ranking_file
+        ranking, score = read_head_ranking(ranking_file, n_layers, n_heads)
+        primary, source = score or primary, ranking_file
     else:
         ranking, source = head_ranking(grids[primary][0]), f"this run's {primary} pointer ranking at {positions[0]}"
     head_votes = {score: pointer_votes(pointers, 0) for score, pointers in scores.items()}
@@ -409,7 +413,8 @@ class TextRetrieval:
 
 def text_retrieval(part: TaskDocs, primary: str) -> TextRetrieval:
     """The `TextRetrieval` of a text needle task's documents: the mean of each head's mass."""
-    grids = {score: part.needle_mass[name].double().mean(dim=0).numpy() for score, name in zip(SCORES, NEEDLE_TENSORS)}
+    grids = {score: part.needle_mass[name].double().mean(dim=0).numpy()
+             for score, name in zip(POINTER_SCORES, NEEDLE_TENSORS)}
     return TextRetrieval(part.task, len(part.records), grids, primary)
 
 
@@ -452,13 +457,13 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
     Args:
         spec: the run's store, tasks and document counts, rankings and probes.
         positions: the readout positions the store was captured at.
-        settings: the store's capture settings (opens the store read-only-compatible).
+        settings: the store's capture settings (the store is opened read-only: nothing is written).
 
     Raises:
         UserInputError: documents missing from the store, a ranking or probe folder that does not
             fit the model, no task with head captures.
     """
-    store = ActivationStore(spec.store, settings)
+    store = ActivationStore(spec.store, settings, read_only=True)
     units, fitting = _units(list(spec.tasks))
     needs_heads = {t for name in fitting for t in units[name]} | (set(spec.tasks) if spec.writer_probes else set())
     parts = {task: load_task_docs(store, task, n, task in needs_heads) for task, n in spec.tasks.items()}
@@ -469,7 +474,7 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
         if not any((part.targets >= 0).any() for part in unit_parts):
             continue
         analysis = _pointer_analysis(name, unit_parts, positions, spec.heads_ranking, primary)
-        if analysis.reported() is None:
+        if analysis.reported(analysis.primary) is None:
             analysis.notes.append(
                 "only pointer_r1_oracle is available: its best head is selected on the evaluation data itself; "
                 "pass heads_ranking=<an ICIR-MCQ run's pointer_ranking.json> for the paper's pointer_r1 (§4.3)"

@@ -3,13 +3,15 @@
 One folder per task (and per pooled group); data in JSON and safetensors only (never code), plus
 PNG figures of the same numbers (`harness.plots`)::
 
-    summary.json             table metrics, top pointer/writer heads (LxxHyy, R@1), sources, notes
-    pointer_r1.json          {position: {LxxHyy: R@1}} for every readout position, chance (Eq. 1)
-    pointer_r1.safetensors   "pointer_r1" [P, L, H] float64 (metadata: positions)
-    pointer_ranking.json     the ranking this run votes with (its pointer mode's score, at the reported
+    summary.json             table metrics (`pointer_values`: ``pointer_r1`` is the ranking score's,
+                             ``pointer_r1_exact`` Eq. 1's, ``pointer_r1_eq3`` Eq. 3's), top
+                             pointer/writer heads (LxxHyy, R@1), sources, notes
+    pointer_r1_exact.json    {position: {LxxHyy: R@1}} for every readout position, chance (Eq. 1)
+    pointer_r1_exact.safetensors  "pointer_r1_exact" [P, L, H] float64 (metadata: positions)
+    pointer_r1_eq3.json, pointer_r1_eq3.safetensors: the same for the Eq. 3 proxy
+    pointer_ranking.json     the ranking this run votes with (its ranking score, at the reported
                              position; `rankings_io`): what heads_ranking=FILE takes
     pointer_ranking_exact.json, pointer_ranking_eq3.json: the ranking of each score
-    pointer_r1_eq3.json, pointer_r1_eq3.safetensors, pointer_r1_eq3_grid.png: the Eq. 3 proxy's grids
     vote_r1.json             {"pointer": {K: R@1}, "writer": {K: R@1} | null}, ranking sources
     writer_r1.json           writer R@1 grid and fit details (ICIR-MCQ) or in-context grid (VHs)
     writer_r1.safetensors    "writer_r1" [L, H] float64
@@ -18,9 +20,9 @@ PNG figures of the same numbers (`harness.plots`)::
                              writer_probes=DIR (other positions: writer_probes@<position>/)
     documents.jsonl          per document (tasks only): doc_id, answer, correct, target_image,
                              pointer_head, pointer_pick, pointer_hit (`analysis.document_records`)
-    head_records.safetensors per-document head records (tasks only): "pointer_image" [docs, L, H]
-                             int16, the image each head points to at the reported position
-                             (exact), "pointer_image_eq3" (Eq. 3);
+    head_records.safetensors per-document head records (tasks only): "pointer_image_exact"
+                             [docs, L, H] int16, the image each head points to at the reported
+                             position under Eq. 1, "pointer_image_eq3" under Eq. 3;
                              "target_image" [docs] int16; "doc_id" [docs] int64; with writer
                              probes (VHs) "writer_image" [docs, L, H] int16, each head's probe's
                              pick among the document's own images
@@ -29,7 +31,8 @@ PNG figures of the same numbers (`harness.plots`)::
                              probe ranks first for each report document; "writer_target" [R]
                              int64 (its target's pool index); "task_index" [R] (into the
                              summary's tasks), "doc_id" [R] int64
-    pointer_r1_grid.png      layer x head pointer R@1 heatmap at the reported position (Figure 4)
+    pointer_r1_exact_grid.png, pointer_r1_eq3_grid.png: layer x head pointer R@1 heatmaps of each
+                             score at the reported position (Figure 4)
     vote_r1.png              vote R@1 over K, pointer and (VHs with probes) writer ranking (Figure 6)
     writer_r1_grid.png       layer x head writer R@1 heatmap (Figure 5), when writer R@1 exists
     pointer_vs_writer.png    per-head pointer vs writer R@1, top-100 set membership (Figure 2), idem
@@ -52,7 +55,7 @@ from safetensors.torch import save_file
 
 from harness.analysis import HeadAnalysis, TextRetrieval
 from harness.lm_eval_plugin.rankings_io import ranking_document
-from harness.constants import TOP_K_SETS
+from harness.constants import POINTER_SCORES, TOP_K_SETS
 from harness.metrics.rankings import chance_overlap, grid_by_name, top_head_values, top_k_overlap
 from harness.plots import plot_head_grid, plot_pointer_vs_writer, plot_vote_curves
 from icir_common import atomic_file, flat_head_name, write_json
@@ -70,16 +73,26 @@ def _save_arrays(path: Path, name: str, array: np.ndarray, metadata: dict[str, s
     _save_tensors(path, {name: np.asarray(array, dtype=np.float64)}, metadata)
 
 
+def score_suffixes(analysis: HeadAnalysis) -> tuple[tuple[str, str], ...]:
+    """``((score, name suffix), ...)`` of a unit's pointer metrics (`POINTER_SUFFIXES`): the bare
+    name is the unit's ranking score (protocol ``icir-heads/2``: Eq. 3), ``_exact`` is Eq. 1 and
+    ``_eq3`` is Eq. 3, whatever the ranking score."""
+    return ((analysis.primary, ""), *((score, f"_{score}") for score in POINTER_SCORES))
+
+
 def pointer_values(analysis: HeadAnalysis) -> dict[str, float | int | None]:
     """The pointer metrics of one unit, by `harness.constants.POINTER_METRICS` name (None: not defined).
 
-    ``pointer_r1`` / ``pointer_top_head``: the transferred ranking's top head, else the best head of
-    a discovery set (Table 1), else None. ``pointer_r1_oracle``: the best head chosen on these
-    documents, reported for transfer sets and transferred rankings.
+    ``pointer_r1`` / ``pointer_top_head``: under the unit's ranking score (`score_suffixes`), the
+    transferred ranking's top head, else the best head of a discovery set (Table 1), else None;
+    ``pointer_r1_exact`` / ``pointer_r1_eq3`` give the same head's R@1 under Eq. 1 / Eq. 3 on a
+    transfer set, and each score's own best head on a discovery set. ``pointer_r1_oracle``: the best
+    head chosen on these documents, reported for transfer sets and transferred rankings.
+    ``pointer_rank_spearman`` is None where a grid is constant.
     """
     n_heads = analysis.table_grid.shape[1]
     values: dict[str, float | int | None] = {"chance_r1": analysis.chance}
-    for score, suffix in (("exact", ""), ("eq3", "_eq3")):
+    for score, suffix in score_suffixes(analysis):
         reported = analysis.reported(score)
         top = int(analysis.vote_ranking[0]) if analysis.transferred else analysis.top_head(score)
         values[f"pointer_r1{suffix}"] = reported
@@ -111,8 +124,10 @@ def summary(analysis: HeadAnalysis, name: str) -> dict:
     """The JSON summary of one analysis (``summary.json``; also what the CLI prints)."""
     values = pointer_values(analysis)
     n_heads = analysis.table_grid.shape[1]
-    heads = {key: None if values[key] is None else flat_head_name(values[key], n_heads)
-             for key in ("pointer_top_head", "pointer_top_head_eq3")}
+    heads = {}
+    for _, suffix in score_suffixes(analysis):
+        top = values[f"pointer_top_head{suffix}"]
+        heads[f"pointer_top_head{suffix}"] = None if top is None else flat_head_name(top, n_heads)
     return {
         "name": name,
         "tasks": analysis.tasks,
@@ -129,8 +144,8 @@ def summary(analysis: HeadAnalysis, name: str) -> dict:
         "writer_vote_r1": None
         if analysis.writer_vote_r1 is None
         else {str(k): v for k, v in analysis.writer_vote_r1.items()},
-        "top_pointer_heads": top_head_values(analysis.grids["exact"][0], TOP_K),
-        "top_pointer_heads_eq3": top_head_values(analysis.grids["eq3"][0], TOP_K),
+        **{f"top_pointer_heads{suffix}": top_head_values(analysis.grids[score][0], TOP_K)
+           for score, suffix in score_suffixes(analysis)},
         "top_writer_heads": None if analysis.writer_r1 is None else top_head_values(analysis.writer_r1, TOP_K),
         "vote_ranking": analysis.vote_ranking_source,
         "writer_ranking": analysis.writer_ranking_source,
@@ -151,14 +166,14 @@ def write_artifacts(analysis: HeadAnalysis, folder: Path, name: str, documents: 
     folder.mkdir(parents=True, exist_ok=True)
     positions = list(analysis.positions)
     write_json(folder / "summary.json", summary(analysis, name))
-    for score, suffix in (("exact", ""), ("eq3", "_eq3")):
+    for score in POINTER_SCORES:
         grids = analysis.grids[score]
         write_json(
-            folder / f"pointer_r1{suffix}.json",
+            folder / f"pointer_r1_{score}.json",
             {"chance": analysis.chance, "grids": {p: grid_by_name(g) for p, g in zip(positions, grids)}},
         )
         metadata = {"positions": ",".join(positions)}
-        _save_arrays(folder / f"pointer_r1{suffix}.safetensors", "pointer_r1", grids, metadata)
+        _save_arrays(folder / f"pointer_r1_{score}.safetensors", f"pointer_r1_{score}", grids, metadata)
         ranking = ranking_document(grids[0], "pointer", positions[0], score)
         write_json(folder / f"pointer_ranking_{score}.json", ranking)
     # The ranking this run votes with (its pointer mode's score): what heads_ranking=FILE takes.
@@ -206,8 +221,7 @@ def _write_documents(analysis: HeadAnalysis, documents: list[dict], folder: Path
         tmp.write_text("".join(json.dumps(row, sort_keys=True) + "\n" for row in documents))
     doc_ids = [row["doc_id"] for row in documents if row["target_image"] is not None]
     tensors = {
-        "pointer_image": analysis.head_votes["exact"].astype(np.int16),
-        "pointer_image_eq3": analysis.head_votes["eq3"].astype(np.int16),
+        **{f"pointer_image_{score}": analysis.head_votes[score].astype(np.int16) for score in POINTER_SCORES},
         "target_image": analysis.targets.astype(np.int16),
         "doc_id": np.array(doc_ids, dtype=np.int64),
     }
@@ -219,9 +233,9 @@ def _write_documents(analysis: HeadAnalysis, documents: list[dict], folder: Path
 def _write_plots(analysis: HeadAnalysis, folder: Path, name: str) -> None:
     """The PNG figures of the module docstring (writer figures only when writer R@1 exists)."""
     at = f"R@1 at {analysis.positions[0]}"
-    plot_head_grid(analysis.grids["exact"][0], folder / "pointer_r1_grid.png", f"{name}: pointer {at}", analysis.chance)
-    plot_head_grid(analysis.grids["eq3"][0], folder / "pointer_r1_eq3_grid.png", f"{name}: Eq. 3 pointer {at}",
-                   analysis.chance)
+    for score, label in (("exact", "exact (Eq. 1)"), ("eq3", "Eq. 3")):
+        plot_head_grid(analysis.grids[score][0], folder / f"pointer_r1_{score}_grid.png",
+                       f"{name}: pointer {label} {at}", analysis.chance)
     curves = {"pointer ranking": analysis.vote_r1}
     if analysis.writer_vote_r1 is not None:
         curves["writer ranking"] = analysis.writer_vote_r1

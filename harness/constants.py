@@ -62,12 +62,21 @@ TOP_K_SETS = 100
 # Readout positions (App. G): the cattok, the next four tokens, the prompt's middle, its last token.
 READOUT_POSITIONS: tuple[str, ...] = ("cattok", "+1", "+2", "+3", "+4", "mid", "last")
 
+# The two pointer scores of one prefill: Eq. 1 (the model's attention rows) and the Eq. 3 proxy.
+POINTER_SCORES: tuple[str, ...] = ("exact", "eq3")
+
+# Name suffixes of the pointer metrics (protocol icir-heads/2): the bare name is the unit's ranking
+# score (Eq. 3 on protocol), ``_exact`` always Eq. 1 and ``_eq3`` always Eq. 3.
+POINTER_SUFFIXES: tuple[str, ...] = ("", *(f"_{score}" for score in POINTER_SCORES))
+
 # Head metrics the analysis stage adds to lm-eval's results (key ``<metric>,none``).
 POINTER_METRICS: tuple[str, ...] = (
-    "pointer_r1", "pointer_r1_eq3", "pointer_top_head", "pointer_top_head_eq3", "pointer_r1_median",
-    "pointer_r1_median_eq3", "pointer_r1_oracle", "pointer_r1_oracle_eq3", "chance_r1", "pointer_rank_spearman",
-    "pointer_top10_overlap",
+    *(f"{metric}{suffix}" for metric in ("pointer_r1", "pointer_top_head", "pointer_r1_median", "pointer_r1_oracle")
+      for suffix in POINTER_SUFFIXES),
+    "chance_r1", "pointer_rank_spearman", "pointer_top10_overlap",
 )
+# Metrics that are indices or reference levels, not scores (lm-eval's table gives them no arrow).
+POINTER_INDEX_METRICS: tuple[str, ...] = (*(f"pointer_top_head{suffix}" for suffix in POINTER_SUFFIXES), "chance_r1")
 WRITER_METRICS: tuple[str, ...] = ("writer_r1",)
 VOTE_METRICS: tuple[str, ...] = tuple(f"vote_r1@{k}" for k in VOTE_KS)
 WRITER_VOTE_METRICS: tuple[str, ...] = tuple(f"writer_vote_r1@{k}" for k in VOTE_KS)

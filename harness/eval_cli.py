@@ -19,7 +19,9 @@ lm-eval's ``EvaluationTracker`` and printed with its table. ``icir eval`` adds:
   tables (the ``icir_mcq`` group pooled over both configs), each logged sample's per-document
   record, and a head summary naming the top heads ``LxxHyy``.
 
-``icir analyze RUN_FOLDER`` runs the same analysis stage on a finished run.
+``icir analyze RUN_FOLDER`` runs the same analysis stage on a finished run, from the run folder's
+own ``activations/`` (or ``--store DIR``), refused when that store's model or capture settings are
+not the ones the run recorded; it writes nothing until every results file is analysed.
 
 Datasets: ``--metadata icir_mcq_data=DIR vhs_data=DIR`` or ``ICIR_MCQ_DATA`` / ``ICIR_VHS_DATA``.
 Data parallel on CPUs: ``ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2
@@ -32,10 +34,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.constants import MODEL_NAME
 from icir_common import UserInputError
+
+if TYPE_CHECKING:
+    from harness.analyze import StagedAnalysis
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,11 +62,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "analyze",
         help="compute the head metrics and artifacts of a finished run (icir eval or lm_eval with store=DIR)",
         description="Run the analysis stage on RUN_FOLDER (OUTPUT/<model>, holding lm-eval's results_*.json): "
-        "read its activation store once, write icir_artifacts/, add the head metrics to the results JSON "
-        "and each document's record to its samples files, and print the tables. A folder holding several "
-        "runs (e.g. ICIR-MCQ, then VHs) has each task analysed from the newest results file holding it.",
+        "read its activation store (RUN_FOLDER/activations, or --store DIR) once, write icir_artifacts/, add the "
+        "head metrics to the results JSON and each document's record to its samples files, and print the tables. "
+        "A store whose model identity or capture settings differ from the run's protocol record is refused. A "
+        "folder holding several runs (e.g. ICIR-MCQ, then VHs) has each task analysed from the newest results "
+        "file holding it; nothing is written until every one is analysed.",
     )
     analysis.add_argument("run_folder", type=Path, help="the run folder OUTPUT/<model> (or OUTPUT holding one)")
+    analysis.add_argument("--store", type=Path, default=None,
+                          help="the activation store the run captured into (default: RUN_FOLDER/activations)")
     analysis.add_argument("--overwrite", action="store_true", help="replace artifact folders of another run")
     analysis.set_defaults(func=analyze)
 
@@ -185,59 +196,174 @@ def _results_files(folder: Path) -> list[Path]:
     return files
 
 
-def _analyze_file(results_file: Path, done: set[str], overwrite: bool) -> set[str]:
-    """Analyse the tasks of one results file that no newer file of the folder holds; rewrite it and
-    its samples files; print its tables. Returns the tasks it analysed."""
+def _read_results(path: Path) -> dict:
+    """lm-eval's results JSON at `path`.
+
+    Raises:
+        UserInputError: not JSON (cut or edited) or no lm-eval results JSON, naming the file.
+    """
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserInputError(f"{path} does not read as JSON ({err}): the results file was cut or edited; restore "
+                             f"it, or move it out of the run folder and rerun icir eval") from None
+    if not isinstance(results, dict) or not isinstance(results.get("results"), dict):
+        raise UserInputError(f"{path} is no lm-eval results JSON (no results section); move it out of the run folder")
+    return results
+
+
+def _read_samples(path: Path) -> list[dict]:
+    """The logged samples of an lm-eval ``samples_*.jsonl`` file, one JSON object a line.
+
+    Raises:
+        UserInputError: a line that is not a JSON object (a cut or edited file), naming the file and line.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"cannot read the samples file {path} ({err}); restore it, or delete it to analyse the "
+                             f"run without its samples") from None
+    samples = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            samples.append(json.loads(line))
+        except ValueError as err:
+            raise UserInputError(f"{path} line {number} does not read as JSON ({err}): the samples file was cut or "
+                                 f"edited; restore it, or delete it to analyse the run without its samples") from None
+        if not isinstance(samples[-1], dict):
+            raise UserInputError(f"{path} line {number} is not a logged sample (a JSON object); restore the file")
+    return samples
+
+
+def _run_store(run: Path, explicit: Path | None, newest: dict) -> Path:
+    """The activation store `icir analyze` reads: `explicit` (``--store``), else the run folder's own
+    ``activations/``; never the path a results file recorded (a moved run folder's old path may
+    hold another run's store). `newest`: the newest results JSON, whose ``store=`` the message names.
+
+    Raises:
+        UserInputError: the folder is no activation store (`analyze.read_capture_settings`).
+    """
+    from harness.activation_store import SETTINGS_FILE
+    from harness.analyze import read_capture_settings
+    from harness.constants import STORE_FOLDER
+    from harness.evaluation import parse_model_args
+
+    if explicit is not None:
+        read_capture_settings(explicit)
+        return explicit.resolve()
+    store = run / STORE_FOLDER
+    if not (store / SETTINGS_FILE).exists():
+        recorded = parse_model_args(newest.get("config", {}).get("model_args")).get("store")
+        raise UserInputError(
+            f"{run} holds no activation store {STORE_FOLDER}/ (the analysis reads the run folder's own store); pass "
+            f"--store DIR naming the store the run captured into" + (f" (it recorded store={recorded})" if recorded else "")
+        )
+    read_capture_settings(store)
+    return store.resolve()
+
+
+@dataclass
+class _StagedFile:
+    """One results file of ``icir analyze``, analysed and checked, not yet written (`_stage_file`)."""
+
+    path: Path
+    results: dict
+    tasks: set[str]
+    samples: dict[Path, str]  # samples file -> its task
+    analysis: StagedAnalysis
+    report: str  # the tables printed once it is written
+
+
+def _report(results: dict) -> str:
+    """What ``icir analyze`` prints for an analysed results dict: protocol line, lm-eval's tables, head summary."""
     from lm_eval.utils import make_table
 
-    from harness.analyze import analyze_results, format_summaries
-    from harness.constants import ARTIFACTS_FOLDER, STORE_FOLDER
-    from harness.evaluation import parse_model_args
+    from harness.analyze import format_summaries
     from harness.protocol import header as protocol_header
-    from icir_common import atomic_file, write_json
 
-    results = json.loads(results_file.read_text())
+    parts = [protocol_header(results["icir"]["protocol"]), make_table(results)]
+    if "groups" in results:
+        parts.append(make_table(results, "groups"))
+    icir = results["icir"]
+    parts.append(format_summaries(icir["summaries"], icir["artifacts"], icir.get("text_heads")))
+    return "\n".join(parts)
+
+
+def _stage_file(results_file: Path, results: dict, done: set[str], store: Path, overwrite: bool) -> _StagedFile | None:
+    """Analyse the tasks of one results file that no newer file of the folder holds, from `store`
+    (checked against the file's protocol record: `analyze.check_store`); write nothing. None when
+    every task of the file is held by a newer one.
+
+    Raises:
+        UserInputError: see `_read_samples`, `analyze.check_store` and `analyze.stage_analysis`.
+    """
+    from harness.analyze import check_store, stage_analysis
+    from harness.constants import ARTIFACTS_FOLDER
+    from harness.evaluation import parse_model_args
+
     counts = results.get("n-samples", {})
     tasks = set(counts) - done
     if not tasks:
-        return set()
+        return None
     results["n-samples"] = {t: n for t, n in counts.items() if t in tasks}
     date_id = results_file.stem.removeprefix("results_")
     sample_files = {path: path.stem.removeprefix("samples_").removesuffix(f"_{date_id}")
-                    for path in results_file.parent.glob(f"samples_*_{date_id}.jsonl")}
-    results["samples"] = {task: [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-                          for path, task in sample_files.items()}
+                    for path in sorted(results_file.parent.glob(f"samples_*_{date_id}.jsonl"))}
+    results["samples"] = {task: _read_samples(path) for path, task in sample_files.items()}
     model_args = parse_model_args(results.get("config", {}).get("model_args"))
-    beside = results_file.parent / STORE_FOLDER
-    if not Path(str(model_args.get("store", ""))).is_dir() and beside.is_dir():
-        model_args["store"] = str(beside)  # a store named relative to another working folder
-    analyze_results(results, model_args, results_file.parent / ARTIFACTS_FOLDER, overwrite)
-    for path, task in sample_files.items():
+    model_args["store"] = str(store)
+    artifacts = results_file.parent / ARTIFACTS_FOLDER
+    check_store(store, results, model_args, results_file, artifacts, overwrite)
+    analysis = stage_analysis(results, model_args, artifacts, overwrite)
+    results["n-samples"] = counts
+    return _StagedFile(results_file, results, tasks, sample_files, analysis, _report(results))
+
+
+def _write_file(staged: _StagedFile) -> None:
+    """Write one staged results file: its artifacts, samples files and results JSON; print its tables."""
+    from harness.analyze import write_analysis
+    from icir_common import atomic_file, write_json
+
+    results = staged.results
+    write_analysis(staged.analysis)
+    for path, task in staged.samples.items():
         with atomic_file(path) as tmp:
             lines = (json.dumps(sample, ensure_ascii=False) + "\n" for sample in results["samples"][task])
             tmp.write_text("".join(lines))
     del results["samples"]
-    results["n-samples"] = counts
-    write_json(results_file, results)
-    print(protocol_header(results["icir"]["protocol"]))
-    print(make_table(results))
-    if "groups" in results:
-        print(make_table(results, "groups"))
-    print(format_summaries(results["icir"]["summaries"], results["icir"]["artifacts"], results["icir"].get("text_heads")))
-    print(f"updated {results_file} ({', '.join(sorted(tasks))})"
-          + (f" and {len(sample_files)} samples file(s)" if sample_files else ""))
-    return tasks
+    write_json(staged.path, results)
+    print(staged.report)
+    print(f"updated {staged.path} ({', '.join(sorted(staged.tasks))})"
+          + (f" and {len(staged.samples)} samples file(s)" if staged.samples else ""))
 
 
 def analyze(args: argparse.Namespace) -> int:
-    """``icir analyze RUN_FOLDER``: the analysis stage on every run of a run folder.
+    """``icir analyze RUN_FOLDER [--store DIR]``: the analysis stage on every run of a run folder.
 
     Each task is analysed from the newest results file that holds it (older files that a newer
-    run of the same task superseded are left as they are).
+    run of the same task superseded are left as they are), from the run folder's own store (or
+    ``--store``), which must have captured each analysed run (`analyze.check_store`). Every file
+    is read, checked and analysed before anything is written: a refused input leaves the run
+    folder as it was.
+
+    Raises:
+        UserInputError: a results or samples file that does not read, no store, a store of another
+            run, or any refusal of the analysis stage (`analyze.stage_analysis`).
     """
+    files = _results_files(args.run_folder)
+    loaded = [(path, _read_results(path)) for path in files]
+    store = _run_store(files[0].parent, args.store, loaded[-1][1])
     done: set[str] = set()
-    for results_file in reversed(_results_files(args.run_folder)):
-        done |= _analyze_file(results_file, done, args.overwrite)
+    staged = []
+    for results_file, results in reversed(loaded):
+        item = _stage_file(results_file, results, done, store, args.overwrite)
+        if item is not None:
+            staged.append(item)
+            done |= item.tasks
+    for item in staged:
+        _write_file(item)
     return 0
 
 

@@ -171,13 +171,14 @@ def known_model_args() -> set[str]:
 
 def check_arguments(model_args: dict[str, Any], output_path, limit) -> None:
     """Check, before any model loads, what can be checked without it: argument names, ``--limit``,
-    ``image_budget``, ``--output_path``, the writer settings, and the ranking and probe files
-    against the model's config (its L x H).
+    ``image_budget``, ``--output_path``, ``dtype``, ``attn_implementation`` and the ``store`` folder
+    (`harness.lm_eval_plugin.model.check_load_arguments`), the writer settings, and the ranking and
+    probe files against the model's config (its L x H).
 
     Raises:
         UserInputError: the first problem found, naming the argument or file.
     """
-    from harness.lm_eval_plugin.model import check_architecture, image_side
+    from harness.lm_eval_plugin.model import check_architecture, check_load_arguments, image_side
     from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
     from harness.metrics.writer import WriterProbeConfig
 
@@ -194,6 +195,7 @@ def check_arguments(model_args: dict[str, Any], output_path, limit) -> None:
     side, _ = image_side(model_args.get("image_budget"), str(model_args["pretrained"]))
     if side is not None and side <= 0:
         raise UserInputError(f"image_budget must be a positive side in pixels, got {side}")
+    check_load_arguments(model_args)
     WriterProbeConfig.from_arguments(model_args)
     config = check_architecture(str(model_args["pretrained"]), model_args.get("revision"),
                                 bool(model_args.get("trust_remote_code", False)))

@@ -1,6 +1,6 @@
-"""The declared evaluation protocol ``icir-heads/1`` and the ``protocol.json`` every run writes.
+"""The declared evaluation protocol ``icir-heads/2`` and the ``protocol.json`` every run writes.
 
-``icir-heads/1`` is the paper's settings as this package's defaults (docs/protocol.md lists each
+``icir-heads/2`` is the paper's settings as this package's defaults (docs/protocol.md lists each
 with its source): heads ranked by the Eq. 3 proxy (App. A; the exact score is reported beside
 it), read at the cattok (§3.2), per-family image inputs (App. A, App. J.1), writer probes of
 App. D, top-K votes at K in {1, 3, 5, 10, 20, 30} (App. H), greedy decoding stopped at the first
@@ -28,13 +28,20 @@ from typing import Any
 from harness.constants import VOTE_KS
 from harness.metrics.writer import WriterProbeConfig
 from harness.model_names import model_name
+from icir_common import UserInputError
 
-PROTOCOL = "icir-heads/1"
+PROTOCOL = "icir-heads/2"
 PROTOCOL_FILE = "protocol.json"
 PROTOCOL_POINTER_MODE = "proxy"
 PROTOCOL_READOUT = "cattok"
 PACKAGES = ("image-retrieval-heads", "transformers", "torch", "lm_eval", "datasets")
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+# App. D: "the Qwen3-VL-8B probe uses batch 128". Qwen3-VL-8B's architecture and language-model
+# shape (its config.json; bench/gpu_shapes.py builds the same shape), in `architecture_shape`'s keys.
+# Qwen3-VL-4B has the same architecture, layers and heads and a hidden size of 2560.
+QWEN3_VL_8B_SHAPE = {"architecture": "Qwen3VLForConditionalGeneration", "layers": 36, "heads": 32,
+                     "hidden_size": 4096}
+QWEN3_VL_8B_WRITER_BATCH = 128
 
 
 def cache_dir() -> Path:
@@ -135,18 +142,91 @@ def merged_token_summary(summaries: Sequence[Mapping[str, float] | None]) -> dic
             "mean": sum(s["mean"] * s["images"] for s in parts) / images, "max": max(s["max"] for s in parts)}
 
 
+def architecture_shape(model: Any) -> dict[str, Any]:
+    """``{"architecture", "layers", "heads", "hidden_size"}`` of a loaded transformers model: the
+    identity its capture settings record and `protocol_writer_config` decides from.
+
+    ``architecture`` is the config's first ``architectures`` entry (a Hub or local checkpoint's),
+    else the model's class name (a model built from a config); the rest are its language model's
+    (``get_text_config()``) layers, attention heads per layer and hidden size.
+    """
+    text = model.config.get_text_config()
+    return {
+        "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
+        "layers": int(text.num_hidden_layers),
+        "heads": int(text.num_attention_heads),
+        "hidden_size": int(text.hidden_size),
+    }
+
+
+def protocol_writer_config(shape: Mapping[str, Any]) -> tuple[WriterProbeConfig, str]:
+    """The protocol's writer-probe settings for the model `shape`, and the reason, as one line.
+
+    App. D: batch 256 (the selected configuration), and "the Qwen3-VL-8B probe uses batch 128".
+    So a model of Qwen3-VL-8B's architecture and language-model shape (`QWEN3_VL_8B_SHAPE`) gets
+    batch 128 and every other model batch 256, both on the protocol; the other settings are
+    `WriterProbeConfig`'s defaults. The analysis (`harness.analyze.run_spec`) trains with these
+    unless the run's arguments change them, and `deviations` names what a run changed from them.
+
+    Args:
+        shape: what a run records about its model: capture settings or `architecture_shape` (the keys
+            ``architecture``, ``layers``, ``heads``, ``hidden_size``; others are ignored).
+
+    Raises:
+        UserInputError: `shape` has Qwen3-VL-8B's architecture, layers and heads but records no
+            hidden size (a store captured before ``hidden_size`` was recorded), so Qwen3-VL-8B
+            cannot be told from Qwen3-VL-4B.
+    """
+    identity = {key: shape.get(key) for key in QWEN3_VL_8B_SHAPE}
+    like_8b = all(identity[key] == QWEN3_VL_8B_SHAPE[key] for key in ("architecture", "layers", "heads"))
+    if identity["hidden_size"] is None and like_8b:
+        raise UserInputError(
+            "the capture settings of this Qwen3-VL model (36 layers x 32 heads) record no hidden_size, so App. D's "
+            "writer batch (128 for Qwen3-VL-8B, 256 otherwise) cannot be decided; capture again into a new store"
+        )
+    if identity == QWEN3_VL_8B_SHAPE:
+        return (WriterProbeConfig(batch_size=QWEN3_VL_8B_WRITER_BATCH),
+                f"App. D: the Qwen3-VL-8B probe uses batch {QWEN3_VL_8B_WRITER_BATCH} (the model is "
+                f"{identity['architecture']}, {identity['layers']} layers x {identity['heads']} heads, hidden size "
+                f"{identity['hidden_size']})")
+    default = WriterProbeConfig()
+    return default, (f"App. D: batch {default.batch_size} (the model is not of Qwen3-VL-8B's shape, whose probe "
+                     f"uses batch {QWEN3_VL_8B_WRITER_BATCH})")
+
+
+def analysis_writer_config(model_args: Mapping[str, Any], capture: Mapping[str, Any]) -> WriterProbeConfig:
+    """The writer-probe settings the analysis trains with: `protocol_writer_config` of the run's
+    model (its capture settings), changed by the run's ``writer_*`` arguments
+    (`WriterProbeConfig.from_arguments`).
+
+    Raises:
+        UserInputError: see `protocol_writer_config` and `WriterProbeConfig.from_arguments`.
+    """
+    return WriterProbeConfig.from_arguments(model_args, protocol_writer_config(capture)[0])
+
+
 def protocol_settings(capture: Mapping[str, Any], model_args: Mapping[str, Any], config: Mapping[str, Any],
                       writer_config: WriterProbeConfig) -> dict:
     """Every setting a run's numbers depend on: capture settings, analysis settings (the writer
-    probes' as the analysis stage parsed them), lm-eval's config."""
+    probes' as the analysis stage parsed them), lm-eval's config.
+
+    ``writer_protocol`` records the protocol's writer settings for this model
+    (`protocol_writer_config`): the model shape they were decided from, the batch size and why.
+
+    Raises:
+        UserInputError: see `protocol_writer_config`.
+    """
     limit = config.get("limit")  # lm-eval keeps a document count as a float
     limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
+    shape = {key: capture.get(key) for key in QWEN3_VL_8B_SHAPE}
+    protocol_writer, reason = protocol_writer_config(shape)
     return {
         "pointer_mode": model_args.get("pointer_mode", PROTOCOL_POINTER_MODE),
         "pointer_scores": {"exact": "Eq. 1 (the model's attention rows)", "eq3": f"Eq. 3 ({capture.get('eq3')})"},
         "readout": list(capture.get("readout", [])),
         "image_inputs": capture.get("image_inputs"),
         "writer_config": dataclasses.asdict(writer_config),
+        "writer_protocol": {"model": shape, "batch_size": protocol_writer.batch_size, "reason": reason},
         "vote_ks": list(VOTE_KS),
         "heads_ranking": model_args.get("heads_ranking"),
         "writer_probes": model_args.get("writer_probes"),
@@ -158,7 +238,7 @@ def protocol_settings(capture: Mapping[str, Any], model_args: Mapping[str, Any],
 
 
 def deviations(settings: Mapping[str, Any]) -> list[str]:
-    """Each setting of `settings` (`protocol_settings`) that differs from ``icir-heads/1``, as a line."""
+    """Each setting of `settings` (`protocol_settings`) that differs from `PROTOCOL`, as a line."""
     found = []
     if settings["pointer_mode"] != PROTOCOL_POINTER_MODE:
         found.append(f"pointer_mode {settings['pointer_mode']} (protocol: {PROTOCOL_POINTER_MODE})")
@@ -168,10 +248,12 @@ def deviations(settings: Mapping[str, Any]) -> list[str]:
     if images.get("side_source") in ("user", "model"):
         found.append(f"image side {images.get('side')} px set by the {images['side_source']} "
                      f"(protocol: the {images.get('family')} family's own)")
-    default = dataclasses.asdict(WriterProbeConfig())
-    changed = {k: v for k, v in settings["writer_config"].items() if default.get(k) != v}
+    expected, reason = protocol_writer_config(settings["writer_protocol"]["model"])
+    protocol_writer = dataclasses.asdict(expected)
+    changed = {k: v for k, v in settings["writer_config"].items() if protocol_writer.get(k) != v}
     if changed:
-        found.append(f"writer probes {changed} (protocol: App. D defaults)")
+        why = f"; {reason}" if "batch_size" in changed else ""
+        found.append(f"writer probes {changed} (protocol: {({k: protocol_writer.get(k) for k in changed})}{why})")
     if settings["limit"] is not None:
         found.append(f"--limit {settings['limit']} (protocol: every document)")
     if settings["gen_kwargs"]:
@@ -205,6 +287,7 @@ def protocol_record(capture: Mapping[str, Any], model_args: Mapping[str, Any], r
             "attn_implementation": capture.get("attn_implementation"),
             "n_layers": capture.get("layers"),
             "n_heads": capture.get("heads"),
+            "hidden_size": capture.get("hidden_size"),
             "architecture": capture.get("architecture"),
             "model_type": capture.get("model_type"),
             "n_parameters": capture.get("n_parameters"),

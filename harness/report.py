@@ -6,8 +6,9 @@ Every number is read from what ``icir eval --output_path OUTPUT`` left in ``OUTP
 Nothing is recomputed from the activation store. One run folder is one model (named by its
 folder); several run folders give one row group per model.
 
-Pointer numbers use the Eq. 3 proxy grids (``pointer_r1_eq3.json``), as the paper's tables do;
-the exact score (Eq. 1, ``pointer_r1.json``) is shown alongside where a column fits. ICIR-MCQ is
+Pointer numbers use the Eq. 3 proxy grids (``pointer_r1_eq3.json``), as the paper's tables do
+and as protocol ``icir-heads/2``'s ``pointer_r1`` does; the exact score (Eq. 1,
+``pointer_r1_exact.json``) is shown alongside where a column fits, always labelled. ICIR-MCQ is
 the pooled group ``icir_mcq`` when the run has it, else its ``icir_mcq_n*`` task. Top-K head sets
 use K = min(``--top_k``, L*H) (the paper: 100 of 1,152 heads).
 
@@ -182,8 +183,8 @@ def grid_from_names(values: dict[str, float], what: str):
 
 
 def pointer_grids(run: Run, unit: str, score: str = "eq3") -> tuple[dict[str, Any], float]:
-    """``({position: [L, H] grid}, chance)`` of one pointer score (``pointer_r1[_eq3].json``)."""
-    file = "pointer_r1_eq3.json" if score == "eq3" else "pointer_r1.json"
+    """``({position: [L, H] grid}, chance)`` of one pointer score (``pointer_r1_{exact,eq3}.json``)."""
+    file = f"pointer_r1_{score}.json"
     data = run.read(unit, file, f"rerun icir analyze {run.folder}")
     grids = {p: grid_from_names(g, f"{run.artifacts / unit / file} [{p}]") for p, g in data["grids"].items()}
     return grids, float(data["chance"])
@@ -301,7 +302,7 @@ def table_1(runs: list[Run], options: argparse.Namespace) -> Table:
 
 def _vhs_r1(summary: dict, score: str) -> list | str:
     """``[head, R@1]`` of the transferred top head on a VHs unit, or `NEEDS_RANKING` (§4.3)."""
-    suffix = "_eq3" if score == "eq3" else ""
+    suffix = f"_{score}"
     if summary.get(f"pointer_r1{suffix}") is None:
         return NEEDS_RANKING
     return [summary[f"pointer_top_head{suffix}"], float(summary[f"pointer_r1{suffix}"])]
@@ -360,7 +361,7 @@ def table_5(runs: list[Run], options: argparse.Namespace) -> Table:
         if not summaries:
             raise UserInputError(f"{run.folder} has no vhs_single_n* artifacts; "
                                  f"run {run.transfer_command('vhs_single')}")
-        heads = sorted({s["pointer_top_head_eq3"] for s in summaries.values() if s.get("pointer_r1_eq3") is not None})
+        heads = sorted({s["pointer_top_head"] for s in summaries.values() if s.get("pointer_r1") is not None})
         for score, label in (("eq3", "Eq. 3"), ("exact", "exact")):
             cells = {f"N={n}": _vhs_r1(s, score) for n, s in summaries.items()}
             cells = {c: v if isinstance(v, str) else v[1] for c, v in cells.items()}

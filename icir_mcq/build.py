@@ -23,7 +23,14 @@ from icir_mcq.features import FIELD_DOCS, icir_features
 from icir_mcq.hub_folder import render_card, write_config
 from icir_mcq.images import with_images
 from icir_mcq.mmniah import load_contexts, source_inputs
-from icir_mcq.sampling import EVAL_DIVISOR, CategoryReport, check_sample_counts, sample_configs
+from icir_mcq.sampling import (
+    EVAL_DIVISOR,
+    PASSAGE_RULES,
+    CategoryReport,
+    check_passage_rule,
+    check_sample_counts,
+    sample_configs,
+)
 from icir_mcq.validate import BUILD_INFO, ValidationFailed, validate_icir_mcq
 
 CARD_TEMPLATE = "icir_mcq.md"
@@ -62,8 +69,21 @@ def _category_table(reports: dict[str, list[CategoryReport]]) -> str:
     return "\n".join(lines)
 
 
+# The card's construction step for each passage rule (icir_mcq.sampling module docstring).
+PASSAGE_RULE_NOTES = {
+    "fixed": "N+1 passages are the first N+1 passages of one MM-NIAH context (text between `<image>` "
+             "placeholders, empty segments skipped), kept as they are (passage rule `fixed`, §3.2: the "
+             "passages are kept fixed, so they are independent of the target image and the options by "
+             "construction).",
+    "category_free": "N+1 passages are taken in order, at a seeded start, from the passages of one MM-NIAH "
+                     "context (text between `<image>` placeholders, empty segments skipped) that do not name "
+                     "the category (passage rule `category_free`, an option: the paper keeps each context's "
+                     "passages fixed, §3.2).",
+}
+
+
 def _card_context(records: dict[str, list[dict]], reports, seed: int, samples: int, embed_images: bool,
-                  max_passage_chars: int | None) -> dict[str, str]:
+                  max_passage_chars: int | None, passages: str) -> dict[str, str]:
     config_rows = "\n".join(
         f"| {config} | {rows[0]['n_choices']} | {len(rows)} | {sum(r['probe_split'] == 'eval' for r in rows)} |"
         for config, rows in records.items())
@@ -75,8 +95,10 @@ def _card_context(records: dict[str, list[dict]], reports, seed: int, samples: i
         "samples": str(samples),
         "images_note": "embedded JPEG bytes" if embed_images else
         "file names only (`--no-embed-images`): resolve `image_files` against your COCO 2017 root",
-        "passage_note": "full passages" if max_passage_chars is None else
-        f"passages cut to at most {max_passage_chars} characters at a word boundary",
+        "passage_note": ("full passages" if max_passage_chars is None else
+                         f"passages cut to at most {max_passage_chars} characters at a word boundary")
+        + f", passage rule `{passages}`",
+        "passage_rule_note": PASSAGE_RULE_NOTES[passages],
     }
 
 
@@ -91,6 +113,7 @@ def build_icir_mcq(
     max_passage_chars: int | None = None,
     categories: Sequence[str] | None = None,
     overwrite: bool = False,
+    passages: str = PASSAGE_RULES[0],
 ) -> McqBuildSummary:
     """Build ICIR-MCQ (paper §3.2, App. B) from COCO 2017 and MM-NIAH into the folder ``out``.
 
@@ -98,7 +121,10 @@ def build_icir_mcq(
     ``samples // 5`` rows per config get ``probe_split == "eval"`` (600 of 3,000, 1,200 over n5 +
     n6 as in §5.1), the rest ``"train"``. ``categories`` restricts the queried categories (each
     must be servable); by default every category that can be served is used and the others are
-    reported. Same inputs and ``seed`` give byte-identical parquet files.
+    reported. ``passages`` is the passage rule (`icir_mcq.sampling`): ``fixed`` (the paper's,
+    §3.2: each context's first N+1 passages as they are) or ``category_free`` (a named option:
+    a seeded run of N+1 passages that do not name the category); it is recorded in
+    ``build_info.json`` and the card. Same inputs and ``seed`` give byte-identical parquet files.
 
     The folder is built in a temporary sibling, re-checked by :func:`validate_icir_mcq` (which
     re-reads COCO and MM-NIAH), and renamed to ``out`` only if there is no violation.
@@ -113,6 +139,7 @@ def build_icir_mcq(
     if not configs:
         raise UserInputError("--configs is empty; give e.g. n5,n6")
     check_sample_counts(configs, samples)
+    check_passage_rule(passages)
     if categories is not None and not list(categories):
         raise UserInputError("--categories is empty; give comma-separated COCO category names, or leave the option "
                              "out to use every servable category")
@@ -126,7 +153,7 @@ def build_icir_mcq(
 
         start = time.perf_counter()
         records, reports = sample_configs(index, contexts, configs, samples, seed,
-                                          list(categories) if categories else None, max_passage_chars)
+                                          list(categories) if categories else None, max_passage_chars, passages)
         seconds["sampling"] = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -143,12 +170,13 @@ def build_icir_mcq(
             "eval_rows_per_config": samples // EVAL_DIVISOR,
             "embed_images": embed_images,
             "max_passage_chars": max_passage_chars,
+            "passages": passages,
             "categories": list(categories) if categories else None,
             "category_report": {c: [dataclasses.asdict(r) for r in rows] for c, rows in reports.items()},
         }
         (tmp / BUILD_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         card = render_card(CARD_TEMPLATE, {c: features for c in configs},
-                           _card_context(records, reports, seed, samples, embed_images, max_passage_chars),
+                           _card_context(records, reports, seed, samples, embed_images, max_passage_chars, passages),
                            metadata=CARD_METADATA)
         (tmp / "README.md").write_text(card, encoding="utf-8")
         seconds["writing"] = time.perf_counter() - start

@@ -21,7 +21,7 @@ from icir_mcq.features import icir_features
 from icir_mcq.hub_folder import SPLIT
 from icir_mcq.images import with_images
 from icir_mcq.mmniah import load_contexts
-from icir_mcq.sampling import sample_configs
+from icir_mcq.sampling import PASSAGE_RULES, check_passage_rule, sample_configs
 
 _CITATION = """@article{park2026headsthatwrite,
   title   = {Heads That Write, Not Just Point: Image Retrieval Heads in Vision-Language Models},
@@ -39,7 +39,8 @@ class IcirMcqConfig(datasets.BuilderConfig):
 
     def __init__(self, *, coco_root: str | Path | None = None, mmniah_files: Sequence[str | Path] = (),
                  seed: int = 0, samples: int = 3000, embed_images: bool = True,
-                 max_passage_chars: int | None = None, categories: Sequence[str] | None = None, **kwargs):
+                 max_passage_chars: int | None = None, categories: Sequence[str] | None = None,
+                 passages: str = PASSAGE_RULES[0], **kwargs):
         super().__init__(**kwargs)
         self.coco_root = coco_root
         self.mmniah_files = [str(f) for f in mmniah_files]
@@ -48,6 +49,7 @@ class IcirMcqConfig(datasets.BuilderConfig):
         self.embed_images = embed_images
         self.max_passage_chars = max_passage_chars
         self.categories = list(categories) if categories else None
+        self.passages = passages
 
 
 class IcirMcqBuilder(datasets.GeneratorBasedBuilder):
@@ -71,12 +73,13 @@ class IcirMcqBuilder(datasets.GeneratorBasedBuilder):
         if self.config.coco_root is None or not self.config.mmniah_files:
             raise UserInputError("IcirMcqBuilder needs coco_root=... (a COCO 2017 root) and mmniah_files=[...] "
                                  "(MM-NIAH retrieval-image.jsonl files)")
+        check_passage_rule(self.config.passages)
         return [datasets.SplitGenerator(name=SPLIT)]
 
     def _generate_examples(self):
         config = self.config
         index = load_coco(config.coco_root)
         records, _ = sample_configs(index, load_contexts(config.mmniah_files), [config.name], config.samples,
-                                    config.seed, config.categories, config.max_passage_chars)
+                                    config.seed, config.categories, config.max_passage_chars, config.passages)
         for record in with_images(records[config.name], Path(config.coco_root), config.embed_images):
             yield record["id"], record

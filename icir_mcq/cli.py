@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from icir_mcq.build import build_icir_mcq
+from icir_mcq.sampling import PASSAGE_RULES
 from icir_mcq.validate import validate_icir_mcq
 
 MAX_PRINTED_VIOLATIONS = 50
@@ -34,7 +35,7 @@ def _build(args: argparse.Namespace) -> int:
     summary = build_icir_mcq(
         args.coco, args.mmniah, args.out, seed=args.seed, configs=args.configs, samples=args.samples,
         embed_images=not args.no_embed_images, max_passage_chars=args.max_passage_chars,
-        categories=args.categories, overwrite=args.overwrite,
+        categories=args.categories, overwrite=args.overwrite, passages=args.passages,
     )
     print_build_summary(summary)
     return 0
@@ -73,6 +74,10 @@ def register(subparsers) -> None:
     build.add_argument("--max-passage-chars", type=int, default=None, help="cut passages to at most this length")
     build.add_argument("--categories", type=comma_list, default=None,
                        help="comma list of category names to query (default: every servable category)")
+    build.add_argument("--passages", choices=PASSAGE_RULES, default=PASSAGE_RULES[0],
+                       help="passage rule: fixed (default, the paper's §3.2: each MM-NIAH context's first N+1 "
+                            "passages as they are) or category_free (a seeded run of N+1 passages that do not "
+                            "name the category; docs/protocol.md)")
     build.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     build.set_defaults(func=_build)
 

@@ -3,10 +3,21 @@
 Per sample: a queried category (uniform over the categories that can be served), a target
 image annotated with it and one of the target's own captions that mentions it; N-1
 distractor images annotated with other categories only; three option captions of other
-images of the category, each mentioning it, no two options alike; N+1 passages in order from
-one MM-NIAH context, none naming the category. Target positions and answer letters come from
+images of the category, each mentioning it, no two options alike; N+1 passages of one MM-NIAH
+context, by the passage rule (`PASSAGE_RULES`). Target positions and answer letters come from
 exactly balanced shuffled lists, so each of the N positions occurs ``samples / N`` times and
 each letter ``samples / 4`` times.
+
+Passage rules (``docs/protocol.md``, "ICIR-MCQ: the MM-NIAH passages"):
+
+- ``fixed`` (default; §3.2: "Because the original MM-NIAH passages are kept fixed while the
+  images and captions are newly substituted from COCO, the passages are independent of the target
+  image and answer options by construction"): the context's first N+1 passages, as they are. A
+  context always gives the same passages, whatever the category, target or seed.
+- ``category_free`` (a named option, not the paper's rule): N+1 passages in order, from a seeded
+  start, among the context's passages that do not name the queried category (consecutive in
+  that list), so the category is named only in the question and the options. The shipped demo model was trained on such
+  samples (``harness/demo_model/data.py``), and folders built before the option existed used it.
 
 Categories captions rarely name (real COCO's "hair drier", "dining table") are left out with a
 per-category report, as ``docs/protocol.md`` settles; a category the caller asked for by name
@@ -29,6 +40,7 @@ from icir_mcq.mmniah import Context, truncate_passage
 from icir_mcq.prompt import LETTERS, cattok_char_span, render_mcq_prompt
 
 MIN_CAPTIONED_IMAGES = 4  # the target and three option images
+PASSAGE_RULES = ("fixed", "category_free")  # module docstring; the first is the paper's (§3.2)
 EVAL_DIVISOR = 5  # probe_split: samples // 5 rows are 'eval' (600 of 3,000 per config)
 _CONFIG_RE = re.compile(r"^n(\d+)$")
 _MAX_DRAWS = 64  # rejection draws for one option set / one distractor context before giving up
@@ -140,6 +152,18 @@ def _has_four_distinct(captions: dict[int, tuple[str, ...]]) -> bool:
     return False
 
 
+def check_passage_rule(rule: str) -> str:
+    """`rule` when it is one of `PASSAGE_RULES`.
+
+    Raises:
+        UserInputError: otherwise, naming the rules.
+    """
+    if rule not in PASSAGE_RULES:
+        raise UserInputError(f"unknown passage rule {rule!r}: choose {' or '.join(PASSAGE_RULES)} "
+                             f"({PASSAGE_RULES[0]} is the paper's, §3.2)")
+    return rule
+
+
 def resolve_categories(index: CocoIndex, names: list[str] | None) -> list[int] | None:
     """Category ids for user-given ``names`` (None: all categories).
 
@@ -160,7 +184,8 @@ def resolve_categories(index: CocoIndex, names: list[str] | None) -> list[int] |
 
 
 class PassageFilter:
-    """Which passages of each context do not name a category; cached per (context, category)."""
+    """Which passages of each context do not name a category (passage rule ``category_free``);
+    cached per (context, category)."""
 
     def __init__(self, contexts: list[Context]):
         self.contexts = contexts
@@ -180,11 +205,12 @@ class ConfigSampler:
     """Samples of one config (haystack size N) with one seeded ``numpy`` generator."""
 
     def __init__(self, index: CocoIndex, pools: dict[int, CategoryPool], passages: PassageFilter,
-                 config: str, rng: np.random.Generator, max_passage_chars: int | None):
+                 config: str, rng: np.random.Generator, max_passage_chars: int | None, passage_rule: str):
         self.index, self.pools, self.passages, self.config = index, pools, passages, config
         self.n = n_choices_of(config)
         self.rng = rng
         self.max_passage_chars = max_passage_chars
+        self.passage_rule = passage_rule
         self.annotated = np.array(sorted(index.image_categories), dtype=np.int64)
         self.long_contexts = [i for i, c in enumerate(passages.contexts) if len(c.passages) >= self.n + 1]
         self._complements: dict[int, np.ndarray] = {}
@@ -206,8 +232,9 @@ class ConfigSampler:
             return "fewer than 4 distinct captions name it (needs 4 different options)"
         if len(self.distractor_pool(pool.category_id)) < self.n - 1:
             return f"fewer than {self.n - 1} annotated images without it (distractors)"
-        if not any(len(self.passages.usable(c, pool.category_id, pool.name)) > self.n for c in self.long_contexts):
-            return f"no MM-NIAH context has {self.n + 1} passages that do not name it"
+        if self.passage_rule == "category_free" and not any(
+                len(self.passages.usable(c, pool.category_id, pool.name)) > self.n for c in self.long_contexts):
+            return f"no MM-NIAH context has {self.n + 1} passages that do not name it (passage rule category_free)"
         return None
 
     def _next_target(self, pool: CategoryPool) -> int:
@@ -251,6 +278,10 @@ class ConfigSampler:
         yield from self.rng.permutation(np.array(self.long_contexts)).tolist()  # reaches every context
 
     def _context(self, pool: CategoryPool) -> tuple[Context, list[str]]:
+        """The sample's MM-NIAH context and its N+1 passages under the passage rule (module docstring)."""
+        if self.passage_rule == "fixed":
+            source = self.passages.contexts[self._pick(self.long_contexts)]
+            return source, [truncate_passage(p, self.max_passage_chars) for p in source.passages[:self.n + 1]]
         for context in self._context_candidates():
             usable = self.passages.usable(context, pool.category_id, pool.name)
             if len(usable) > self.n:
@@ -319,23 +350,27 @@ def config_rng(seed: int, config: str) -> np.random.Generator:
 
 def sample_configs(index: CocoIndex, contexts: list[Context], configs: list[str], samples: int, seed: int,
                    categories: list[str] | None = None, max_passage_chars: int | None = None,
+                   passages: str = PASSAGE_RULES[0],
                    ) -> tuple[dict[str, list[dict]], dict[str, list[CategoryReport]]]:
     """Records and per-category reports of each config (records lack the ``images`` field).
 
-    ``categories`` restricts sampling to those names; each must then be servable.
+    ``categories`` restricts sampling to those names; each must then be servable. ``passages``
+    is the passage rule (module docstring): ``fixed``, the paper's (§3.2), or ``category_free``.
 
     Raises:
-        UserInputError: unknown config or category name, ``samples`` not balanceable, no
-            MM-NIAH context with N+1 non-empty passages, a requested category that cannot be
-            served, or no category at all that can.
+        UserInputError: unknown config, category name or passage rule, ``samples`` not
+            balanceable, no MM-NIAH context with N+1 non-empty passages, a requested category
+            that cannot be served, or no category at all that can.
     """
     check_sample_counts(configs, samples)
+    check_passage_rule(passages)
     requested = resolve_categories(index, categories)
     pools = category_pools(index)
     passage_filter = PassageFilter(contexts)
     records, reports = {}, {}
     for config in configs:
-        sampler = ConfigSampler(index, pools, passage_filter, config, config_rng(seed, config), max_passage_chars)
+        sampler = ConfigSampler(index, pools, passage_filter, config, config_rng(seed, config), max_passage_chars,
+                                passages)
         if not sampler.long_contexts:
             raise UserInputError(
                 f"too few MM-NIAH contexts with {sampler.n + 1} usable passages for {config}: none of the "

@@ -3,8 +3,9 @@
 Reads the parquet shards and the card, re-reads COCO (pycocotools) and MM-NIAH from the paths
 in ``build_info.json`` (or the ones given), and reports each violated rule of §3.2 / App. B:
 record shapes, COCO ids and file names, target uniqueness, option provenance and distinctness,
-passages in order from the named context without the category, the exact prompt, the cattok
-span, exact position/letter balance and the ``probe_split`` size.
+the passages under the build's passage rule (``fixed``: the named context's first N+1 passages;
+``category_free``: passages in order from it, none naming the category), the exact prompt, the
+cattok span, exact position/letter balance and the ``probe_split`` size.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from icir_mcq.images import check_image_bytes
 from icir_mcq.mentions import last_mention_span, mentions
 from icir_mcq.mmniah import Context, load_contexts, truncate_passage
 from icir_mcq.prompt import IMAGE_PLACEHOLDER, LETTERS, option_line_span, render_mcq_prompt
-from icir_mcq.sampling import EVAL_DIVISOR, n_choices_of, normalise_option
+from icir_mcq.sampling import EVAL_DIVISOR, PASSAGE_RULES, n_choices_of, normalise_option
 
 BUILD_INFO = "build_info.json"
 # The build_info.json entries the validator reads (all written by icir_mcq.build).
 _INFO_KEYS = ("coco_root", "mmniah_files", "configs", "samples", "embed_images", "max_passage_chars")
+# A build_info.json written before the passage rule was an option: those builds used this rule.
+_RULE_BEFORE_THE_OPTION = "category_free"
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,9 @@ def _passages_in_order(passages: list[str], source: Context, max_chars: int | No
 
 
 def check_record(record: dict, n: int, index: CocoIndex, contexts: dict[str, Context], max_chars: int | None,
-                 embedded: bool, images: _ImageDigests) -> list[str]:
-    """Messages for every rule one record breaks (empty when it is valid); ``n`` is its config's N."""
+                 embedded: bool, images: _ImageDigests, passage_rule: str) -> list[str]:
+    """Messages for every rule one record breaks (empty when it is valid); ``n`` is its config's N,
+    ``passage_rule`` the build's (`icir_mcq.sampling.PASSAGE_RULES`)."""
     problems: list[str] = []
     lengths = {"image_ids": n, "image_files": n, "images": n, "passages": n + 1, "options": 4, "option_image_ids": 4}
     bad_lengths = [f"{key} has {len(record[key])} entries, expected {want}"
@@ -155,10 +159,16 @@ def check_record(record: dict, n: int, index: CocoIndex, contexts: dict[str, Con
     source = contexts.get(record["mmniah_source_id"])
     if source is None:
         problems.append(f"MM-NIAH context {record['mmniah_source_id']!r} is not in the MM-NIAH files")
+    elif passage_rule == "fixed":
+        if passages != [truncate_passage(p, max_chars) for p in source.passages[:n + 1]]:
+            problems.append(f"passages are not the first {n + 1} passages of {record['mmniah_source_id']} "
+                            "(passage rule fixed)")
     elif not _passages_in_order(passages, source, max_chars):
         problems.append(f"passages are not, in order, passages of {record['mmniah_source_id']}")
-    if any(not p or mentions(p, category) or IMAGE_PLACEHOLDER in p for p in passages):
-        problems.append(f"a passage is empty, holds {IMAGE_PLACEHOLDER} or names {category!r}")
+    if any(not p or IMAGE_PLACEHOLDER in p for p in passages):
+        problems.append(f"a passage is empty or holds {IMAGE_PLACEHOLDER}")
+    if passage_rule == "category_free" and any(mentions(p, category) for p in passages):
+        problems.append(f"a passage names {category!r} (passage rule category_free)")
 
     prompt = record["prompt"]
     if prompt != render_mcq_prompt(passages, category, options) or prompt.count(IMAGE_PLACEHOLDER) != n:
@@ -219,6 +229,10 @@ def validate_icir_mcq(folder: str | Path, coco_root: str | Path | None = None,
         raise UserInputError(f"{info_path} is not the JSON object a build writes ({err}); rebuild the folder") from err
     if missing:
         raise UserInputError(f"{info_path} lacks {', '.join(missing)}; rebuild the folder with icir build-mcq")
+    passage_rule = info.get("passages", _RULE_BEFORE_THE_OPTION)
+    if passage_rule not in PASSAGE_RULES:
+        raise UserInputError(f"{info_path}: unknown passage rule {passage_rule!r} (known: {', '.join(PASSAGE_RULES)}); "
+                             "rebuild the folder with icir build-mcq")
     coco_root = Path(coco_root or info["coco_root"])
     index = load_coco(coco_root)
     contexts = {c.source_id: c for c in load_contexts(mmniah_files or info["mmniah_files"])}
@@ -244,7 +258,7 @@ def validate_icir_mcq(folder: str | Path, coco_root: str | Path | None = None,
                 violations.append(Violation(config, row_number, record["id"], "duplicate id"))
             seen_ids.add(record["id"])
             for message in check_record(record, n, index, contexts, info["max_passage_chars"],
-                                        info["embed_images"], images):
+                                        info["embed_images"], images, passage_rule):
                 violations.append(Violation(config, row_number, record["id"], message))
         violations += _balance(config, rows, n, info["samples"])
     return violations

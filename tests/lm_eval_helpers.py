@@ -24,8 +24,11 @@ MAX_GEN_TOKS = 4
 
 
 def shared_root(tmp_path_factory) -> Path:
-    """The folder every xdist worker of this session sees."""
-    return tmp_path_factory.getbasetemp().parent / "lm_eval_shared"
+    """The folder every xdist worker of this session sees, and no other session: under xdist each
+    worker's base temp sits inside the session's, else the base temp is the session's own (a folder
+    shared across sessions would serve runs made by an older version of the package)."""
+    base = tmp_path_factory.getbasetemp()
+    return (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "lm_eval_shared"
 
 
 def eval_args(root: Path, *extra: str, model_args: str = "") -> list[str]:

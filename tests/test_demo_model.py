@@ -532,5 +532,5 @@ def test_icir_demo_evaluates_the_shipped_model_through_lm_eval(tmp_path, capsys)
     assert record["settings"]["heads_ranking"].endswith("icir_mcq/pointer_ranking.json")
     assert record["deviations"] == ["image side 64 px set by the model (protocol: the qwen3_vl family's own)"]
     # The printed head table names the pointer head the direct evaluation finds (TRAINING.md).
-    best = re.search(r"icir_mcq_n5 +cattok pointer_r1 ([0-9.]+) \((L\d\dH\d\d)\)", printed)
+    best = re.search(r"icir_mcq_n5 +cattok pointer_r1 ([0-9.]+) \((L\d\dH\d\d), eq3\)", printed)
     assert best and best.group(2) == "L00H00" and float(best.group(1)) >= 0.6

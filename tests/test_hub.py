@@ -98,7 +98,7 @@ def test_dry_run_stages_a_loadable_benchmark(mcq_folder, tmp_path):
     assert check_eval_yaml(benchmark) == []
     assert benchmark["name"] == "ICIR-MCQ" and benchmark["evaluation_framework"]
     tasks = {task["id"]: task for task in benchmark["tasks"]}
-    assert {"n5_acc", "n5_pointer_r1", "n5_pointer_r1_eq3", "n5_writer_r1", "all_acc"} <= set(tasks)
+    assert {"n5_acc", "n5_pointer_r1", "n5_pointer_r1_exact", "n5_writer_r1", "all_acc"} <= set(tasks)
     assert tasks["n6_writer_r1"] == {"id": "n6_writer_r1", "config": "n6", "split": "test"}
     assert {task["config"] for task in tasks.values()} == {"n5", "n6", POOLED_CONFIG}
 
@@ -219,13 +219,13 @@ def test_eval_results_match_the_results_json(submission, shared, tmp_path):
     (results_path,) = (folder / "results").glob("results_*.json")
     results = json.loads(results_path.read_text())["results"][TASK]
     expected = {f"n5_{metric}": results[f"{metric},none"]
-                for metric in ("acc", "pointer_r1", "pointer_r1_eq3", "writer_r1")}
+                for metric in ("acc", "pointer_r1", "pointer_r1_exact", "writer_r1")}
     assert {entry.task_id: entry.value for entry in entries} == expected
     manifest = json.loads((folder / "submission.json").read_text())
     revision = f"sha256-{manifest['model']['weights_sha256'][:12]}"
     for entry in entries:
         assert entry.dataset_id == REPO and entry.source_url == "https://example.org/model"
-        assert "protocol icir-heads/1" in entry.notes and f"model revision {revision}" in entry.notes
+        assert "protocol icir-heads/2" in entry.notes and f"model revision {revision}" in entry.notes
         assert entry.date and entry.date.endswith("Z")
 
     # every task the entries name is declared by the eval.yaml that icir publish uploads

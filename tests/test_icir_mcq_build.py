@@ -14,6 +14,7 @@ import pytest
 from PIL import Image
 
 from harness.cli import main
+from icir_common import UserInputError
 from icir_mcq.build import build_icir_mcq
 from icir_mcq.builder import IcirMcqBuilder
 from icir_mcq.hub_folder import config_data_path
@@ -94,6 +95,7 @@ def test_records_agree_with_the_raw_files(full_build):
     root, out = full_build
     categories_of, captions_of, files, contexts = _raw_world(root)
     words = {c.id: re.compile(rf"\b(?:{c.name}|{c.plural})\b", re.IGNORECASE) for c in CATEGORIES}
+    naming = 0
     for config, n in (("n5", 5), ("n6", 6)):
         for r in _rows(out, config):
             cid, prompt = r["category_id"], r["prompt"]
@@ -106,14 +108,44 @@ def test_records_agree_with_the_raw_files(full_build):
                 assert words[cid].search(option)
             assert not (set(r["option_image_ids"]) - {r["target_image_id"]}) & set(r["image_ids"])
             assert len({o.lower().rstrip(".") for o in r["options"]}) == 4
-            source = contexts[r["mmniah_source_id"]]
-            indices = [source.index(p) for p in r["passages"]]
-            assert indices == sorted(set(indices)) and not any(words[cid].search(p) for p in r["passages"])
+            # Passage rule fixed (§3.2): the context's first N+1 passages as they are, whatever the category.
+            assert r["passages"] == contexts[r["mmniah_source_id"]][: n + 1]
+            naming += any(words[cid].search(p) for p in r["passages"])
             assert prompt.count("<image>") == n and prompt.startswith(r["passages"][0] + "\n<image>\n")
             start, end = r["cattok_char_span"]
             assert words[cid].fullmatch(prompt[start:end])
             assert start > prompt.rindex("\nD) ") and not words[cid].search(prompt, end)
             assert prompt.endswith("\nD) " + r["options"][3])
+    assert naming > 0  # no passage was dropped for naming the category (the toy documents' shape words)
+    assert json.loads((out / "build_info.json").read_text())["passages"] == "fixed"
+    assert "first N+1 passages of one MM-NIAH context" in (out / "README.md").read_text()
+
+
+def test_category_free_passages_are_a_named_recorded_option(toy_corpus, tmp_path, capsys):
+    """``--passages category_free``: a seeded run of N+1 passages of the context, none naming the category,
+    recorded in build_info.json and the card (checked against the raw JSON)."""
+    root, out = toy_corpus, tmp_path / "icir"
+    assert main(["build-mcq", "--coco", str(root / "coco"), "--mmniah", str(_mmniah(root)), "--out", str(out),
+                 "--samples", "60", "--no-embed-images", "--passages", "category_free"]) == 0
+    categories_of, _, _, contexts = _raw_world(root)
+    words = {c.id: re.compile(rf"\b(?:{c.name}|{c.plural})\b", re.IGNORECASE) for c in CATEGORIES}
+    windows = set()
+    for config, n in (("n5", 5), ("n6", 6)):
+        for r in _rows(out, config):
+            source = contexts[r["mmniah_source_id"]]
+            indices = [source.index(p) for p in r["passages"]]
+            assert len(indices) == n + 1 and indices == sorted(set(indices))
+            assert not any(words[r["category_id"]].search(p) for p in r["passages"])
+            windows.add(indices[0])
+    assert windows != {0}  # seeded starts, not the context's opening
+    assert json.loads((out / "build_info.json").read_text())["passages"] == "category_free"
+    card = (out / "README.md").read_text()
+    assert "passage rule `category_free`" in card and "do not name the category" in card
+    capsys.readouterr()
+    assert main(["validate-mcq", str(out)]) == 0
+    with pytest.raises(UserInputError, match="unknown passage rule 'window': choose fixed or category_free"):
+        build_icir_mcq(root / "coco", [_mmniah(root)], tmp_path / "bad", samples=60, passages="window")
+    assert not (tmp_path / "bad").exists()
 
 
 def test_embedded_images_decode_to_the_coco_files(toy_corpus, tmp_path):
@@ -152,16 +184,18 @@ def test_a_config_does_not_depend_on_the_others_built_with_it(toy_corpus, tmp_pa
     assert not (tmp_path / "n6" / "n5").exists()
 
 
-def test_generator_based_builder_yields_the_folder_records(toy_corpus, tmp_path):
+@pytest.mark.parametrize("passages", ["fixed", "category_free"])
+def test_generator_based_builder_yields_the_folder_records(toy_corpus, tmp_path, passages):
     build_icir_mcq(toy_corpus / "coco", [_mmniah(toy_corpus)], tmp_path / "folder", samples=24, configs=["n6"],
-                   seed=3)
+                   seed=3, passages=passages)
     builder = IcirMcqBuilder(config_name="n6", coco_root=toy_corpus / "coco", mmniah_files=[_mmniah(toy_corpus)],
-                             samples=24, seed=3, cache_dir=str(tmp_path / "cache"))
+                             samples=24, seed=3, passages=passages, cache_dir=str(tmp_path / "cache"))
     builder.download_and_prepare()
     generated = builder.as_dataset(split="test")
     assert generated.column_names == FIELDS
     assert isinstance(generated[0]["images"][0], Image.Image)
-    folder = datasets.load_dataset(str(tmp_path / "folder"), "n6", split="test")
+    # A cache of its own: datasets keys a local folder's cache by its name, not its contents.
+    folder = datasets.load_dataset(str(tmp_path / "folder"), "n6", split="test", cache_dir=str(tmp_path / "loaded"))
     assert generated.remove_columns("images").to_list() == folder.remove_columns("images").to_list()
 
 

@@ -135,8 +135,11 @@ def test_contexts_whose_passages_all_name_the_category(toy_corpus, tmp_path):
     starry = _jsonl(tmp_path)
     starry.write_text(json.dumps({"id": 0, "context": "\n<image>\n".join(["A star."] * 9)}) + "\n")
     message = _fails(toy_corpus, tmp_path / "out", "category 'star' cannot be served for n5",
-                     mmniah=[starry], categories=["star"])
-    assert "no MM-NIAH context has 6 passages that do not name it" in message
+                     mmniah=[starry], categories=["star"], passages="category_free")
+    assert "no MM-NIAH context has 6 passages that do not name it (passage rule category_free)" in message
+    # The paper's rule keeps the passages as they are (§3.2): the same context serves the category.
+    build_icir_mcq(toy_corpus / "coco", [starry], tmp_path / "fixed", samples=60, embed_images=False,
+                   categories=["star"])
 
 
 def test_malformed_mmniah_line(toy_corpus, tmp_path):
@@ -157,6 +160,8 @@ def test_bad_options(toy_corpus, tmp_path):
     _fails(toy_corpus, tmp_path / "out", "multiple of 20", samples=50)
     _fails(toy_corpus, tmp_path / "out", "unknown config 'n1'", configs=["n1"])
     _fails(toy_corpus, tmp_path / "out", "--max-passage-chars must be at least 1", max_passage_chars=0)
+    _fails(toy_corpus, tmp_path / "out", "unknown passage rule 'random': choose fixed or category_free",
+           passages="random")
     _fails(toy_corpus, tmp_path / "out", "--seed must be >= 0", seed=-1)
 
 
@@ -184,4 +189,13 @@ def test_generator_builder_without_inputs(tmp_path):
 
     builder = IcirMcqBuilder(config_name="n5", cache_dir=str(tmp_path / "cache"))
     with pytest.raises(UserInputError, match=r"needs coco_root=\.\.\. .* and mmniah_files"):
+        builder.download_and_prepare()
+
+
+def test_generator_builder_with_an_unknown_passage_rule(toy_corpus, tmp_path):
+    from icir_mcq.builder import IcirMcqBuilder
+
+    builder = IcirMcqBuilder(config_name="n5", coco_root=toy_corpus / "coco", mmniah_files=[_mmniah(toy_corpus)],
+                             samples=20, passages="window", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(UserInputError, match="unknown passage rule 'window': choose fixed or category_free"):
         builder.download_and_prepare()

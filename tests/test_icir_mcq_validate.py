@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -76,10 +77,10 @@ CASES = {
                                                                  rows[0]["cattok_char_span"][1]]),
                     "is not the final mention"),
     "altered passage": (_first(lambda r: r["passages"].__setitem__(1, r["passages"][1] + " More.")),
-                        "passages are not, in order"),
-    "reversed passages": (_first(lambda r: r["passages"].reverse()), "passages are not, in order"),
-    "passage naming the category": (_first(lambda r: r["passages"].__setitem__(0, f"About a {r['category']}.")),
-                                    "names"),
+                        "passages are not the first 6 passages of"),
+    "reversed passages": (_first(lambda r: r["passages"].reverse()), "passages are not the first 6 passages of"),
+    "passage after the first six": (_first(lambda r: r["passages"].__setitem__(5, r["passages"][4])),
+                                    "passages are not the first 6 passages of"),
     "prompt": (lambda rows: rows[0].update(prompt=rows[0]["prompt"].replace("\n<image>\n", "\n", 1)),
                "prompt is not the rendering"),
     "unknown context": (lambda rows: rows[0].update(mmniah_source_id="mm_niah_val:99999"), "is not in the MM-NIAH"),
@@ -99,6 +100,52 @@ def test_validator_reports_each_broken_rule(valid_folders, tmp_path, case):
     assert validate_icir_mcq(valid_folders[False]) == []
     messages = _corrupt(valid_folders[False], tmp_path, edit)
     assert any(expected in m for m in messages), messages
+
+
+@pytest.fixture(scope="module")
+def category_free_folder(toy_corpus, tmp_path_factory) -> Path:
+    """A valid 60-sample folder built with the passage rule ``category_free``."""
+    folder = tmp_path_factory.mktemp("category_free") / "icir"
+    build_icir_mcq(toy_corpus / "coco", [_mmniah(toy_corpus)], folder, samples=60, embed_images=False,
+                   passages="category_free")
+    return folder
+
+
+CATEGORY_FREE_CASES = {
+    "altered passage": (CASES["altered passage"][0], "passages are not, in order"),
+    "reversed passages": (CASES["reversed passages"][0], "passages are not, in order"),
+    "passage naming the category": (_first(lambda r: r["passages"].__setitem__(0, f"About a {r['category']}.")),
+                                    "passage names"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CATEGORY_FREE_CASES))
+def test_validator_reports_each_broken_passage_rule_of_category_free(category_free_folder, tmp_path, case):
+    edit, expected = CATEGORY_FREE_CASES[case]
+    assert validate_icir_mcq(category_free_folder) == []
+    messages = _corrupt(category_free_folder, tmp_path, edit)
+    assert any(expected in m for m in messages), messages
+
+
+def test_the_passage_rule_is_read_from_build_info(valid_folders, category_free_folder, tmp_path, capsys):
+    """The validator checks the rule the folder was built with; a folder from before the option is
+    ``category_free`` (the only rule then); an unknown rule is refused."""
+    def with_info(folder: Path, name: str, change) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        info = json.loads((copy / "build_info.json").read_text())
+        change(info)
+        (copy / "build_info.json").write_text(json.dumps(info))
+        return copy
+
+    assert validate_icir_mcq(with_info(category_free_folder, "older", lambda info: info.pop("passages"))) == []
+    # The category_free folder read as fixed: its passages are not each context's first N+1.
+    as_fixed = [str(v) for v in validate_icir_mcq(with_info(category_free_folder, "as_fixed",
+                                                            lambda info: info.update(passages="fixed")))]
+    assert as_fixed and all("passages are not the first" in m for m in as_fixed)
+    unknown = with_info(valid_folders[False], "unknown", lambda info: info.update(passages="window"))
+    assert main(["validate-mcq", str(unknown)]) == 2
+    assert "unknown passage rule 'window' (known: fixed, category_free)" in capsys.readouterr().err
 
 
 def test_distractor_annotated_with_the_category(valid_folders, tmp_path):

@@ -82,7 +82,7 @@ def test_layout_and_rows(site, board, capsys):
         page = site / row["page"]
         assert page.is_file() and page.parent == site / "models"
         pngs = sorted(p.name for p in page.with_suffix("").glob("*.png"))
-        assert {"pointer.png", "pointer_eq3.png", "writer.png", "pointer_vs_writer.png"} <= set(pngs)
+        assert {"pointer_exact.png", "pointer_eq3.png", "writer.png", "pointer_vs_writer.png"} <= set(pngs)
     vhs_pngs = list((site / by_model["model"]["page"]).with_suffix("").glob("vote_*.png"))
     assert [p.name for p in vhs_pngs] == ["vote_vhs_single_n5.png"]
     assert "No VHs task submitted" in (site / by_model[XSS_NAME]["page"]).read_text()

@@ -49,7 +49,7 @@ def test_honest_submission_verifies(shared, submission, tmp_path, capsys):
     assert "verified on 6 re-run documents" in out
     written = json.loads(record.read_text())
     assert written["passed"] is True and written["manifest_sha256"] == file_sha256(submission / MANIFEST)
-    assert written["agreement"] == {"answer": 1.0, "correct": 1.0, "pointer_image": 1.0, "pointer_image_eq3": 1.0}
+    assert written["agreement"] == {"answer": 1.0, "correct": 1.0, "pointer_image_exact": 1.0, "pointer_image_eq3": 1.0}
     assert written["documents"] == sample_documents({TASK: 60}, DOCS, 0)
 
 
@@ -61,15 +61,15 @@ def test_edited_head_records_fail_naming_the_documents(shared, submission, tmp_p
     path = copy / "artifacts" / TASK / "head_records.safetensors"
     tensors = load_file(str(path))
     rows = [tensors["doc_id"].tolist().index(d) for d in edited]
-    tensors["pointer_image"][rows] = (tensors["pointer_image"][rows] + 1) % 5
+    tensors["pointer_image_exact"][rows] = (tensors["pointer_image_exact"][rows] + 1) % 5
     save_file(tensors, str(path))
     rehash(copy)
     found = verify(copy, _data(shared), docs=DOCS, seed=0, device="cpu")
     assert not found.passed
-    assert found.mismatches["pointer_image"] == [f"{TASK}:{d}" for d in edited]
+    assert found.mismatches["pointer_image_exact"] == [f"{TASK}:{d}" for d in edited]
     assert found.mismatches["pointer_image_eq3"] == []
-    assert found.agreement["pointer_image"] == pytest.approx(1 - 2 / DOCS)
-    assert any(line.startswith("pointer_image: agreement") and f"{TASK}:{edited[0]}" in line for line in found.failures)
+    assert found.agreement["pointer_image_exact"] == pytest.approx(1 - 2 / DOCS)
+    assert any(line.startswith("pointer_image_exact: agreement") and f"{TASK}:{edited[0]}" in line for line in found.failures)
     assert any(line.startswith("does not validate") for line in found.failures)
 
 
@@ -80,7 +80,7 @@ def test_other_weights_are_refused(shared, submission, tmp_path):
     save_tiny("qwen3_vl", other, seed=5)
     found = verify(submission, _data(shared), docs=2, seed=0, device="cpu", model_args={"pretrained": str(other)})
     assert any("weights_sha256" in line and "verify with the submitted weights" in line for line in found.failures)
-    assert np.isfinite(found.agreement["pointer_image"])
+    assert np.isfinite(found.agreement["pointer_image_exact"])
 
 
 def test_unreadable_records_are_refused_before_the_model_loads(shared, submission, tmp_path, capsys):

@@ -118,14 +118,16 @@ def test_icir_mcq_metrics_match_capture_heads(shared, icir_recomputed):
     got = _metrics(results_of(shared / "ref_mcq"), "icir_mcq_n5")
     grid = icir_recomputed["grid"]
     assert got["acc"] == pytest.approx(icir_recomputed["acc"], abs=1e-12)
-    assert got["pointer_r1"] == pytest.approx(grid.max(), abs=1e-12)
-    assert got["pointer_top_head"] == int(_ranking(grid)[0])
-    assert got["pointer_r1_median"] == pytest.approx(np.median(grid), abs=1e-12)
-    # The Eq. 3 proxy of the same prefill (test_capture_engine checks pointer_eq3 against q/k by hand).
+    assert got["pointer_r1_exact"] == pytest.approx(grid.max(), abs=1e-12)
+    assert got["pointer_top_head_exact"] == int(_ranking(grid)[0])
+    assert got["pointer_r1_median_exact"] == pytest.approx(np.median(grid), abs=1e-12)
+    # The Eq. 3 proxy of the same prefill (test_capture_engine checks pointer_eq3 against q/k by hand):
+    # protocol icir-heads/2's pointer_r1.
     grid_eq3 = icir_recomputed["grid_eq3"]
-    assert got["pointer_r1_eq3"] == pytest.approx(grid_eq3.max(), abs=1e-12)
-    assert got["pointer_top_head_eq3"] == int(_ranking(grid_eq3)[0])
-    assert got["pointer_r1_median_eq3"] == pytest.approx(np.median(grid_eq3), abs=1e-12)
+    for suffix in ("", "_eq3"):
+        assert got[f"pointer_r1{suffix}"] == pytest.approx(grid_eq3.max(), abs=1e-12)
+        assert got[f"pointer_top_head{suffix}"] == int(_ranking(grid_eq3)[0])
+        assert got[f"pointer_r1_median{suffix}"] == pytest.approx(np.median(grid_eq3), abs=1e-12)
     assert got["pointer_rank_spearman"] == pytest.approx(scipy.stats.spearmanr(grid.ravel(), grid_eq3.ravel())[0])
     shared_top = set(_ranking(grid)[:10]) & set(_ranking(grid_eq3)[:10])
     assert got["pointer_top10_overlap"] == pytest.approx(len(shared_top) / 10)
@@ -141,11 +143,13 @@ def test_icir_mcq_artifacts_hold_the_grids(shared, icir_recomputed):
     grid = icir_recomputed["grid"]
     n_heads = grid.shape[1]
     names = [f"L{i // n_heads:02d}H{i % n_heads:02d}" for i in range(grid.size)]
-    pointer = json.loads((folder / "pointer_r1.json").read_text())["grids"]["cattok"]
+    pointer = json.loads((folder / "pointer_r1_exact.json").read_text())["grids"]["cattok"]
     assert list(pointer) == names
     np.testing.assert_allclose(list(pointer.values()), grid.ravel(), atol=1e-12)
-    arrays = load_file(str(folder / "pointer_r1.safetensors"))
-    np.testing.assert_allclose(arrays["pointer_r1"][0].numpy(), grid, atol=1e-12)
+    arrays = load_file(str(folder / "pointer_r1_exact.safetensors"))
+    np.testing.assert_allclose(arrays["pointer_r1_exact"][0].numpy(), grid, atol=1e-12)
+    arrays = load_file(str(folder / "pointer_r1_eq3.safetensors"))
+    np.testing.assert_allclose(arrays["pointer_r1_eq3"][0].numpy(), icir_recomputed["grid_eq3"], atol=1e-12)
     ranking = json.loads((folder / "pointer_ranking_exact.json").read_text())
     assert ranking["ranking"] == [names[i] for i in _ranking(grid)]
     voting = json.loads((folder / "pointer_ranking.json").read_text())  # the protocol's: Eq. 3
@@ -153,9 +157,12 @@ def test_icir_mcq_artifacts_hold_the_grids(shared, icir_recomputed):
     writer = load_file(str(folder / "writer_r1.safetensors"))["writer_r1"].numpy()
     np.testing.assert_allclose(writer, icir_recomputed["writer"], atol=1e-9)
     summary = json.loads((folder / "summary.json").read_text())
-    assert summary["pointer_top_head"] == names[_ranking(grid)[0]]
-    assert [head for head, _ in summary["top_pointer_heads"]] == [names[i] for i in _ranking(grid)[:10]]
-    for figure in ("pointer_r1_grid.png", "writer_r1_grid.png", "pointer_vs_writer.png", "vote_r1.png"):
+    assert summary["pointer_top_head_exact"] == names[_ranking(grid)[0]]
+    assert [head for head, _ in summary["top_pointer_heads_exact"]] == [names[i] for i in _ranking(grid)[:10]]
+    eq3_order = _ranking(icir_recomputed["grid_eq3"])
+    assert summary["pointer_top_head"] == summary["pointer_top_head_eq3"] == names[eq3_order[0]]
+    assert [head for head, _ in summary["top_pointer_heads"]] == [names[i] for i in eq3_order[:10]]
+    for figure in ("pointer_r1_exact_grid.png", "pointer_r1_eq3_grid.png", "writer_r1_grid.png", "pointer_vs_writer.png", "vote_r1.png"):
         assert (folder / figure).read_bytes().startswith(b"\x89PNG"), figure
 
 
@@ -195,13 +202,20 @@ def test_vhs_metrics_match_capture_heads(shared, tiny, icir_recomputed):
     got = _metrics(results_of(shared / "ref_vhs"), "vhs_single_n5")
     assert got["acc"] == pytest.approx(np.mean(correct), abs=1e-12)
     assert got["compliance"] == pytest.approx(np.mean(compliant), abs=1e-12)
-    # The paper's transfer protocol (§4.3): pointer_r1 is the ICIR-MCQ ranking's top head on VHs; the
-    # best head chosen on VHs itself is the oracle.
+    # The paper's transfer protocol (§4.3): pointer_r1 is the ICIR-MCQ ranking's top head on VHs, scored
+    # with the score that ranked it (Eq. 3); the best head chosen on VHs itself is the oracle.
+    grid_eq3 = _grid(pointer_votes_eq3, targets)
     icir_top = int(_ranking(icir_recomputed["grid_eq3"])[0])  # the ICIR-MCQ run's voting (Eq. 3) ranking
-    assert got["pointer_top_head"] == icir_top
-    assert got["pointer_r1"] == pytest.approx(grid.ravel()[icir_top], abs=1e-12)
-    assert got["pointer_r1_oracle"] == pytest.approx(grid.max(), abs=1e-12)
-    assert got["pointer_r1_median"] == pytest.approx(np.median(grid), abs=1e-12)
+    for suffix in ("", "_exact", "_eq3"):
+        assert got[f"pointer_top_head{suffix}"] == icir_top
+    for suffix in ("", "_eq3"):
+        assert got[f"pointer_r1{suffix}"] == pytest.approx(grid_eq3.ravel()[icir_top], abs=1e-12)
+        assert got[f"pointer_r1_oracle{suffix}"] == pytest.approx(grid_eq3.max(), abs=1e-12)
+        assert got[f"pointer_r1_median{suffix}"] == pytest.approx(np.median(grid_eq3), abs=1e-12)
+    assert got["pointer_r1_exact"] == pytest.approx(grid.ravel()[icir_top], abs=1e-12)
+    assert got["pointer_r1_oracle_exact"] == pytest.approx(grid.max(), abs=1e-12)
+    assert got["pointer_r1_median_exact"] == pytest.approx(np.median(grid), abs=1e-12)
+    assert got["pointer_r1"] == got["vote_r1@1"]  # App. H: a K = 1 vote is the single head
     assert got["chance_r1"] == pytest.approx(0.2, abs=1e-12)
     assert got["writer_r1"] == pytest.approx(writer_grid.max(), abs=1e-12)
     # Votes use the rankings found on ICIR-MCQ, not VHs's own (§4.3, App. H).
@@ -250,8 +264,8 @@ def test_python_api_pools_the_icir_mcq_group(shared, tiny, tmp_path, monkeypatch
     )
     assert fits == [(2 * limit, 4, 4, 16)] * 2  # pooled n5 + n6, at cattok and at last; never per config
     group = results["groups"]["icir_mcq"]
-    assert group["pointer_r1,none"] == pytest.approx(grid.max(), abs=1e-12)
-    assert group["pointer_top_head,none"] == int(_ranking(grid)[0])
+    assert group["pointer_r1_exact,none"] == pytest.approx(grid.max(), abs=1e-12)
+    assert group["pointer_top_head_exact,none"] == int(_ranking(grid)[0])
     assert group["chance_r1,none"] == pytest.approx((1 / 5 + 1 / 6) / 2, abs=1e-12)
     assert group["writer_r1,none"] == pytest.approx(writer.r1.max(), abs=1e-9)
     summary = results["icir"]["summaries"]["icir_mcq"]
@@ -282,8 +296,9 @@ def test_logged_samples_hold_readable_per_document_records(shared, icir_recomput
         assert sample["pointer_pick"] == picks[top // n_heads, top % n_heads]
         assert sample["pointer_hit"] == (sample["pointer_pick"] == doc["target_position"])
     records = load_file(str(artifacts_of(shared / "ref_mcq") / "icir_mcq_n5" / "head_records.safetensors"))
-    assert records["pointer_image"].dtype == torch.int16 and records["pointer_image"].shape == (LIMIT, 4, 4)
-    assert np.array_equal(records["pointer_image"].numpy(), icir_recomputed["votes"])
+    exact = records["pointer_image_exact"]
+    assert exact.dtype == torch.int16 and exact.shape == (LIMIT, 4, 4)
+    assert np.array_equal(exact.numpy(), icir_recomputed["votes"])
     assert np.array_equal(records["pointer_image_eq3"].numpy(), icir_recomputed["votes_eq3"])
     assert records["doc_id"].tolist() == list(range(LIMIT))
 
@@ -325,7 +340,7 @@ def test_protocol_record_holds_the_runs_actual_settings(shared, tiny):
     folder = artifacts_of(shared / "ref_mcq") / "icir_mcq_n5"
     record = json.loads((folder / "protocol.json").read_text())
     assert record == results_of(shared / "ref_mcq")["icir"]["protocol"]
-    assert record["protocol"] == "icir-heads/1" and record["on_protocol"] is False
+    assert record["protocol"] == "icir-heads/2" and record["on_protocol"] is False
     assert record["deviations"] == [
         "image side 64 px set by the user (protocol: the qwen3_vl family's own)",
         f"--limit {LIMIT} (protocol: every document)",

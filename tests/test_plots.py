@@ -113,7 +113,7 @@ def _analysis(writer: bool) -> HeadAnalysis:
 def test_write_artifacts_adds_the_figures(tmp_path, writer):
     analysis = _analysis(writer)
     write_artifacts(analysis, tmp_path, "toy")
-    expected = {"pointer_r1_grid.png", "pointer_r1_eq3_grid.png", "vote_r1.png"} | (
+    expected = {"pointer_r1_exact_grid.png", "pointer_r1_eq3_grid.png", "vote_r1.png"} | (
         {"writer_r1_grid.png", "pointer_vs_writer.png"} if writer else set()
     )
     assert {p.name for p in tmp_path.glob("*.png")} == expected

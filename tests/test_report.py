@@ -82,7 +82,7 @@ def tops(g: np.ndarray, n: int) -> list:
 
 
 def pointer(folder: Path, unit: str, score: str, position: str = "cattok") -> np.ndarray:
-    return grid(load(folder, unit, "pointer_r1_eq3.json" if score == "eq3" else "pointer_r1.json")["grids"][position])
+    return grid(load(folder, unit, f"pointer_r1_{score}.json")["grids"][position])
 
 
 def writer(folder: Path, position: str = "cattok") -> np.ndarray:

@@ -155,13 +155,13 @@ def _edit_records(folder: Path, edit) -> None:
 
 def test_nan_in_head_record(copy):
     def edit(tensors):
-        bad = tensors["pointer_image"].astype(np.float32)
+        bad = tensors["pointer_image_exact"].astype(np.float32)
         bad[0, 0, 0] = np.nan
-        tensors["pointer_image"] = bad
+        tensors["pointer_image_exact"] = bad
     _edit_records(copy, edit)
     found = failures(copy)
-    assert any("NaN or inf" in line and "pointer_image" in line for line in found), found
-    assert any("pointer_image is float32, expected int16" in line for line in found)
+    assert any("NaN or inf" in line and "pointer_image_exact" in line for line in found), found
+    assert any("pointer_image_exact is float32, expected int16" in line for line in found)
 
 
 def test_wrong_shape(copy):
@@ -183,13 +183,13 @@ def test_edited_head_record_changes_numbers(copy):
 
 def test_config_protocol_and_fingerprint(submission, tmp_path, capsys):
     fingerprint = json.loads((submission / MANIFEST).read_text())["datasets"][TASK]["fingerprint"]
-    good = {"protocols": ["icir-heads/1"], "datasets": {TASK: [fingerprint]}}
+    good = {"protocols": ["icir-heads/2"], "datasets": {TASK: [fingerprint]}}
     assert failures(submission, good) == []
-    found = failures(submission, {"protocols": ["icir-heads/2"], "datasets": {TASK: ["0" * 64]}})
-    assert any("protocol 'icir-heads/1' is not one this leaderboard accepts" in line for line in found)
+    found = failures(submission, {"protocols": ["icir-heads/3"], "datasets": {TASK: ["0" * 64]}})
+    assert any("protocol 'icir-heads/2' is not one this leaderboard accepts" in line for line in found)
     assert any(f"{TASK}: dataset fingerprint {fingerprint} is not a published build's" in line for line in found)
     config = tmp_path / "board.json"
-    config.write_text(json.dumps({"protocols": ["icir-heads/2"], "datasets": {}}))
+    config.write_text(json.dumps({"protocols": ["icir-heads/3"], "datasets": {}}))
     assert icir_main(["leaderboard", "validate", str(submission), "--config", str(config)]) == 1
     assert "FAIL: " in capsys.readouterr().out
     assert icir_main(["leaderboard", "validate", str(tmp_path / "nothing")]) == 2
@@ -355,3 +355,20 @@ def test_oversized_file(copy, monkeypatch):
                for line in failures(copy))
     monkeypatch.setattr(validate_module, "MAX_TOTAL_BYTES", 1000)
     assert any(line.startswith("submission:") and "(cap 1000)" in line for line in failures(copy))
+
+
+def test_icir_heads_1_submission_is_refused_in_one_line(copy, capsys):
+    """A submission of protocol icir-heads/1 (whose pointer_r1 was the exact score) is refused whatever
+    the board's config accepts, in one line saying how to redo it; no number of it is read."""
+    manifest = json.loads((copy / MANIFEST).read_text())
+    manifest["protocol"]["protocol"] = "icir-heads/1"
+    (copy / MANIFEST).write_text(json.dumps(manifest))
+    for record in (copy / "artifacts").glob("*/protocol.json"):
+        record.write_text(json.dumps({**json.loads(record.read_text()), "protocol": "icir-heads/1"}))
+    rehash(copy)
+    fingerprint = manifest["datasets"][TASK]["fingerprint"]
+    found = failures(copy, {"protocols": ["icir-heads/1", "icir-heads/2"], "datasets": {TASK: [fingerprint]}})
+    assert len(found) == 1 and "protocol 'icir-heads/1' is retired" in found[0], found
+    assert "exact score (Eq. 1)" in found[0] and "icir analyze RUN --overwrite" in found[0]
+    assert icir_main(["leaderboard", "validate", str(copy)]) == 1
+    assert capsys.readouterr().out.count("FAIL: ") == 1

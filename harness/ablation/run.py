@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.ablation.arms import DEFAULT_KS, DEFAULT_SEEDS, DEFAULT_TOP, Grid, build_grid, load_rankings
+from harness.ablation.arms import (
+    DEFAULT_KS,
+    DEFAULT_SEEDS,
+    DEFAULT_TOP,
+    WRITER_RANKING,
+    Grid,
+    build_grid,
+    load_rankings,
+)
 from harness.constants import vhs_single_size
 from icir_common import UserInputError, write_json
 
@@ -176,8 +184,9 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
     """Run (or resume) every cell on every document; return the grid, the outcome logs, the settings.
 
     Raises:
-        UserInputError: see `haystack_size`, `load_rankings`, `build_grid`, `task_requests`; a run
-            folder holding another grid; a document whose fingerprint changed since it was run.
+        UserInputError: see `haystack_size`, `load_rankings`, `build_grid`, `task_requests`; a
+            rankings folder without a writer ranking (before the model loads); a run folder holding
+            another grid; a document whose fingerprint changed since it was run.
     """
     from tqdm import tqdm
 
@@ -189,6 +198,10 @@ def run_grid(spec: AblationSpec) -> tuple[Grid, dict[str, OutcomeLog], dict]:
     sizes = {task: haystack_size(task) for task in spec.tasks}
     n_layers, n_heads = model_shape(spec.model_args["pretrained"])
     pointer, writer = load_rankings(spec.rankings, n_layers, n_heads)
+    if writer is None:
+        raise UserInputError(f"--rankings {spec.rankings} holds no {WRITER_RANKING}: the set partition of App. I "
+                             "needs the pointer and the writer ranking; pass the icir_artifacts/icir_mcq folder of "
+                             "an icir eval run on ICIR-MCQ that fit writer probes")
     grid = build_grid(pointer, writer, n_layers, n_heads, spec.ks, spec.seeds, spec.top)
     rank, world = rank_and_world()
     requests = task_requests(spec.tasks, spec.metadata, spec.limit, rank, world)

@@ -3,7 +3,7 @@
 `build_demo_data` writes a demo-world toy corpus (rendered shapes in the COCO 2017 + MM-NIAH
 layout, plus Visual Haystacks question files over its images) and builds both ICIR-MCQ configs
 and the VHs folder from it as the shipped demo model was trained to read them (the demo world,
-passages cut to ``MAX_PASSAGE_CHARS``). `evaluate_two_stages` runs ``icir eval`` on ``icir_mcq``
+passages cut to ``MAX_PASSAGE_CHARS``, passage rule ``DEMO_PASSAGES``). `evaluate_two_stages` runs ``icir eval`` on ``icir_mcq``
 (discovery), then on ``vhs_single_n{2,5,10}`` with that run's ranking and probes (§4.3);
 `ablate_small_grid` runs ``icir ablate`` on VHs N=5. `demo_grid` does all three for one model.
 """
@@ -34,13 +34,14 @@ NEEDLE_SAMPLES, NEEDLE_IMAGES = 40, 5  # the App. K text needle probe, demo-size
 def build_demo_data(args: argparse.Namespace) -> None:
     """Write ``OUT/toy``, ``OUT/icir_mcq`` and ``OUT/vhs`` (each replaced if present); print what was built."""
     # Imported here: `icir --help` should not pay for torch (the demo model's data module needs it).
-    from harness.demo_model.data import DEMO_WORLD, MAX_PASSAGE_CHARS
+    from harness.demo_model.data import DEMO_PASSAGES, DEMO_WORLD, MAX_PASSAGE_CHARS
 
     corpus = write_toy_corpus(args.out / "toy", args.images, seed=args.seed, overwrite=True, world=DEMO_WORLD)
     print(f"toy corpus: {corpus.n_images} images, {corpus.n_captions} captions, {corpus.n_contexts} "
           f"MM-NIAH contexts in {corpus.root}")
     summary = build_icir_mcq(corpus.coco_root, [corpus.mmniah_file], args.out / "icir_mcq", seed=args.seed,
-                             samples=args.samples, overwrite=True, max_passage_chars=MAX_PASSAGE_CHARS)
+                             samples=args.samples, overwrite=True, max_passage_chars=MAX_PASSAGE_CHARS,
+                             passages=DEMO_PASSAGES)
     print_build_summary(summary)
     print(f'load it with: datasets.load_dataset("{summary.out}", "n5")')
     questions = write_toy_vhs_questions(corpus.coco_root, corpus.root, seed=args.seed, sizes=DEMO_VHS_SIZES,

@@ -47,7 +47,7 @@ SPLIT = "test"
 ICIR_METRICS: tuple[tuple[str, str], ...] = (
     ("acc", "icir_mcq_acc"),
     ("pointer_r1", "pointer_r1"),
-    ("pointer_r1_eq3", "pointer_r1_eq3"),
+    ("pointer_r1_exact", "pointer_r1_exact"),
     ("writer_r1", "writer_r1"),
 )
 # metric -> VHs column field (``vhs_n{N}_{field}``, entries.VHS_FIELDS) of the single-needle configs;

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 from huggingface_hub import DatasetCard, HfApi, get_token
@@ -143,11 +144,11 @@ def read_build(folder: str | os.PathLike) -> Build:
     ``.NAME.tmp-PID-*`` working folders) holding the marker ``.icir-build.json`` with kind
     ``icir_mcq`` (``icir build-mcq``) or ``vhs`` (``icir build-vhs``), a ``README.md`` whose YAML
     front matter (read with huggingface_hub's `DatasetCard`) declares ``configs``, and every data
-    file those name, inside the folder.
+    file those name, inside the folder, with a parquet footer that reads.
 
     Raises:
         UserInputError: anything else (no folder, no or another marker, such as a toy corpus, an
-            unreadable card, a missing data file), naming what is wrong.
+            unreadable card, a missing or truncated data file), naming what is wrong.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -168,10 +169,21 @@ def read_build(folder: str | os.PathLike) -> Build:
     for config, splits in data_files.items():
         for relative in (path for paths in splits.values() for path in paths):
             check_relative(relative, f"{card_path} config {config}", folder)
-            if not inside_root(folder, relative, f"{card_path} config {config}").is_file():
+            path = inside_root(folder, relative, f"{card_path} config {config}")
+            if not path.is_file():
                 raise UserInputError(f"{folder / relative} (config {config} of {card_path}) is missing; "
                                      "rebuild the folder")
+            _check_parquet(path, f"config {config} of {card_path}")
     return Build(folder, kind, card, data_files)
+
+
+def _check_parquet(path: Path, where: str) -> None:
+    """Raise `UserInputError` naming `path` when its parquet footer does not read (a cut or damaged file)."""
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException) as err:
+        raise UserInputError(f"{path} ({where}) is not a readable parquet file ({_one_line(err)}): it was cut "
+                             "short or damaged; rebuild the folder") from None
 
 
 def _size_category(rows: int) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.activation_store import file_sha256
-from harness.constants import TOP_K_SETS, VOTE_KS, icir_mcq_unit, vhs_single_size
+from harness.constants import POINTER_SCORES, TOP_K_SETS, VOTE_KS, icir_mcq_unit, vhs_single_size
 from harness.leaderboard.schema import MANIFEST
 from icir_common import UserInputError, read_json
 
@@ -39,7 +39,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("icir_mcq_acc", "ICIR-MCQ acc"),
     ("pointer_head", "Best pointer head"),
     ("pointer_r1", "Pointer R@1"),
-    ("pointer_r1_eq3", "Pointer R@1 (Eq. 3)"),
+    ("pointer_r1_exact", "Pointer R@1 (exact, Eq. 1)"),
     ("pointer_r1_median", "Median head R@1"),
     ("writer_head", "Best writer head"),
     ("writer_r1", "Writer R@1"),
@@ -70,8 +70,9 @@ class Entry:
             ``link``, ``protocol``, ``on_protocol``, ``deviations``, ``n_parameters``,
             ``architecture``, ``overlap_k``, ``vhs_sizes``, ``vhs_vote_r1`` (``{N: {K: R@1}}``),
             ``dataset_fingerprints`` (``{task: fingerprint}`` of the evaluated documents).
-        grids: ``{"pointer": [L][H], "pointer_eq3": [L][H], "writer": [L][H] | None}`` R@1 of each
-            head on ICIR-MCQ (``LxxHyy`` is row xx, column yy).
+        grids: ``{"pointer_exact": [L][H], "pointer_eq3": [L][H], "writer": [L][H] | None}`` R@1 of
+            each head on ICIR-MCQ (``LxxHyy`` is row xx, column yy); ``row["pointer_score"]`` names
+            the one that ``pointer_r1`` and the best pointer head use (protocol ``icir-heads/2``: eq3).
         vote_curves: ``{unit: {"pointer": {K: R@1}, "writer": {K: R@1} | None}}`` per VHs task.
         chance: ``{"pointer": chance R@1 of ICIR-MCQ, "writer": 1 / pool size or None}``.
         dose_response: the ablation grid's ``cells.json`` rows (`harness.ablation.stats.CellStats.row`)
@@ -146,11 +147,12 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
         "deviations": manifest["protocol"]["deviations"], "ablation_drop": None,
         "dataset_fingerprints": {task: record["fingerprint"] for task, record in manifest["datasets"].items()},
     }
-    grids: dict[str, Any] = {"pointer": None, "pointer_eq3": None, "writer": None}
+    grids: dict[str, Any] = {"pointer_exact": None, "pointer_eq3": None, "writer": None}
     chance: dict[str, float | None] = {"pointer": None, "writer": None}
     unit = icir_mcq_unit(manifest["units"])
     k = min(TOP_K_SETS, n_layers * n_heads)
-    row.update({"icir_mcq_acc": None, "pointer_head": None, "pointer_r1": None, "pointer_r1_eq3": None,
+    row.update({"icir_mcq_acc": None, "pointer_head": None, "pointer_r1": None, "pointer_r1_exact": None,
+                "pointer_score": None,
                 "pointer_r1_median": None, "writer_head": None, "writer_r1": None, "overlap": None,
                 "overlap_chance": None, "overlap_k": k})
     if unit is not None:
@@ -160,13 +162,14 @@ def load_entry(folder: Path, verification: Path | None) -> Entry:
         row.update({
             "icir_mcq_acc": _result_row(folder, manifest, unit).get("acc"),
             "pointer_head": summary["pointer_top_head"], "pointer_r1": summary["pointer_r1"],
-            "pointer_r1_eq3": summary["pointer_r1_eq3"], "pointer_r1_median": summary["pointer_r1_median"],
+            "pointer_r1_exact": summary["pointer_r1_exact"], "pointer_r1_median": summary["pointer_r1_median"],
+            "pointer_score": summary["ranking_score"],
             "writer_head": summary.get("writer_top_head"), "writer_r1": summary.get("writer_r1"),
             "overlap": overlap.get("count"), "overlap_chance": overlap.get("chance"),
         })
-        grids["pointer"] = _grid(read_json(artifacts / unit / "pointer_r1.json")["grids"], position, n_layers, n_heads)
-        grids["pointer_eq3"] = _grid(read_json(artifacts / unit / "pointer_r1_eq3.json")["grids"], position,
-                                     n_layers, n_heads)
+        for score in POINTER_SCORES:
+            document = read_json(artifacts / unit / f"pointer_r1_{score}.json")["grids"]
+            grids[f"pointer_{score}"] = _grid(document, position, n_layers, n_heads)
         chance["pointer"] = summary["chance_r1"]
         writer_file = artifacts / unit / "writer_r1.json"
         if writer_file.is_file():

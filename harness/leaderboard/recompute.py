@@ -1,9 +1,12 @@
 """Every reported aggregate of a submission, recomputed from its per-document records.
 
 Per task, ``documents.jsonl`` and ``head_records.safetensors`` give accuracy, pointer R@1 of
-every head (exact and Eq. 3), the reported head and value (the best head of a discovery set, the
-transferred ranking's top head on a transfer set), the median head, the ranking and vote R@1@K
-(App. H); with writer probes on VHs, ``writer_image`` gives in-context writer R@1 and the writer
+every head (exact and Eq. 3), the reported head and value under each name of protocol
+``icir-heads/2`` (``pointer_r1`` under the ranking score, ``pointer_r1_exact``, ``pointer_r1_eq3``:
+the best head of a discovery set, the transferred ranking's top head on a transfer set), the
+median head, the ranking and vote R@1@K (App. H); the ranking score itself is derived, not read
+(the run's pointer mode on a discovery set, the transferred ranking's ``score`` on a transfer set);
+with writer probes on VHs, ``writer_image`` gives in-context writer R@1 and the writer
 ranking's vote. A pooled group (``icir_mcq``) is recomputed over its tasks' records pooled. The
 unit that fit the writer probes carries ``writer_records.safetensors``: writer R@1 of every head
 on the pool (Eq. 5), the best writer head and the pointer-writer top-K overlap (App. J.1).
@@ -21,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.constants import ICIR_MCQ_TASKS, POOLED_GROUPS, TOP_K_SETS, VOTE_KS
+from harness.constants import ICIR_MCQ_TASKS, POINTER_SCORES, POOLED_GROUPS, TOP_K_SETS, VOTE_KS
 from harness.leaderboard.checks import Report, close_enough, load_json, load_tensors
 from icir_common import UserInputError, flat_head_name
 
-_RECORD_TENSORS = {"pointer_image": np.int16, "pointer_image_eq3": np.int16, "target_image": np.int16,
+_RECORD_TENSORS = {"pointer_image_exact": np.int16, "pointer_image_eq3": np.int16, "target_image": np.int16,
                    "doc_id": np.int64}
 _WRITER_TENSORS = {"writer_pick": np.int32, "writer_target": np.int64, "task_index": np.int64, "doc_id": np.int64}
 
@@ -140,7 +143,7 @@ class Recomputation:
             self.report.fail(f"{task}: no document with a target image")
             return None
         writer = tensors.get("writer_image")
-        return TaskRecords(documents, tensors["pointer_image"].astype(np.int64),
+        return TaskRecords(documents, tensors["pointer_image_exact"].astype(np.int64),
                            tensors["pointer_image_eq3"].astype(np.int64), tensors["target_image"].astype(np.int64),
                            None if writer is None else writer.astype(np.int64))
 
@@ -187,33 +190,36 @@ class Recomputation:
         row = self._row(unit, tasks)
         accuracy = float(np.mean([bool(d.get("correct")) for d in records.documents]))
         self.report.compare(f"{unit} acc", row.get("acc,none"), accuracy)
-        grids = self._pointer(unit, folder, summary, row, records)
-        if grids is not None:
-            self._writer(unit, folder, summary, row, records, grids[summary["ranking_score"]])
+        pointer_grid = self._pointer(unit, folder, summary, row, records)
+        if pointer_grid is not None:
+            self._writer(unit, folder, summary, row, records, pointer_grid)
 
-    def _pointer(self, unit: str, folder: str, summary: dict, row: dict, records: TaskRecords) -> dict | None:
-        """Pointer grids, reported heads, medians, ranking and votes; returns the grids (None: broken)."""
+    def _pointer(self, unit: str, folder: str, summary: dict, row: dict, records: TaskRecords) -> np.ndarray | None:
+        """Pointer grids, reported heads, medians, ranking and votes; returns the ranking score's
+        ``[L, H]`` grid (None: broken)."""
         from harness.metrics.rankings import head_ranking, ranking_names
 
         target = records.targets
-        grids = {"exact": (records.pointer == target[:, None, None]).mean(axis=0, dtype=np.float64),
-                 "eq3": (records.pointer_eq3 == target[:, None, None]).mean(axis=0, dtype=np.float64)}
         votes = {"exact": records.pointer, "eq3": records.pointer_eq3}
-        primary = summary.get("ranking_score")
-        if primary not in grids:
-            self.report.fail(f"{folder}/summary.json: ranking_score {primary!r} is not exact or eq3")
+        grids = {score: (picks == target[:, None, None]).mean(axis=0, dtype=np.float64) for score, picks in votes.items()}
+        inputs = self.manifest["inputs"].get(unit, {})
+        transferred = inputs.get("heads_ranking")
+        transferred_doc = self.json(transferred["file"]) if transferred else None
+        if transferred and transferred_doc is None:
             return None
+        primary = self._ranking_score(transferred_doc)
+        if summary.get("ranking_score") != primary:
+            self.report.fail(f"{folder}/summary.json: ranking_score {summary.get('ranking_score')!r}, but the "
+                             f"{'transferred ranking' if transferred else 'run'} ranks by {primary!r}")
         position = summary.get("position")
         names = ranking_names(range(self.n_layers * self.n_heads), self.n_heads)
-        for score, suffix in (("exact", ""), ("eq3", "_eq3")):
-            relative = f"{folder}/pointer_r1{suffix}.json"
+        for score in POINTER_SCORES:
+            relative = f"{folder}/pointer_r1_{score}.json"
             grid = ((self.json(relative) or {}).get("grids") or {}).get(position)
             if grid is None:
                 self.report.fail(f"{relative}: no grid at the reported position {position!r}")
                 continue
             self._grid_equal(relative, grid, grids[score], names)
-        inputs = self.manifest["inputs"].get(unit, {})
-        transferred = inputs.get("heads_ranking")
         discovery = all(task in ICIR_MCQ_TASKS for task in summary.get("tasks", [unit]))
         own = head_ranking(grids[primary])
         ranking_file = f"{folder}/pointer_ranking.json"
@@ -226,14 +232,12 @@ class Recomputation:
         vote_ranking = own
         if transferred:
             relative = transferred["file"]
-            document = self.json(relative)
-            vote_ranking = None if document is None else _ranking(document, relative, self.n_layers, self.n_heads,
-                                                                   self.report)
+            vote_ranking = _ranking(transferred_doc, relative, self.n_layers, self.n_heads, self.report)
             if vote_ranking is None:
-                return grids
+                return grids[primary]
             if "unit" in transferred:
                 self._same_ranking(relative, vote_ranking, transferred["unit"])
-        for score, suffix in (("exact", ""), ("eq3", "_eq3")):
+        for score, suffix in ((primary, ""), *((score, f"_{score}") for score in POINTER_SCORES)):
             self._reported_head(unit, summary, row, grids[score], suffix, vote_ranking if transferred else None,
                                 discovery)
         curve = _vote(votes[primary], target, vote_ranking)
@@ -244,7 +248,16 @@ class Recomputation:
                                 curve[k])
             self.report.compare(f"{unit} vote_r1@{k} (vote_r1.json)", (vote_file.get("pointer") or {}).get(str(k)),
                                 curve[k])
-        return grids
+        return grids[primary]
+
+    def _ranking_score(self, transferred: Any) -> str:
+        """The pointer score a unit's ``pointer_r1`` and vote use: a transferred ranking's ``score``
+        (§4.3: the head is scored as it was ranked), else the run's pointer mode's (Eq. 3 unless
+        ``pointer_mode=exact``)."""
+        score = transferred.get("score") if isinstance(transferred, dict) else None
+        if score in POINTER_SCORES:
+            return score
+        return "exact" if self.manifest["protocol"]["settings"].get("pointer_mode") == "exact" else "eq3"
 
     def _same_ranking(self, relative: str, ranking: np.ndarray, unit: str) -> None:
         """A ranking made by another unit of this run must be that unit's (itself checked on its records)."""

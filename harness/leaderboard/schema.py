@@ -14,6 +14,12 @@ MAX_FILE_BYTES = 2 * 1024**3  # one file
 MAX_TOTAL_BYTES = 8 * 1024**3  # a whole submission (archive members too)
 MAX_FILES = 10_000
 DEFAULT_PROTOCOLS = (PROTOCOL,)
+# Protocols no leaderboard accepts, whatever its config lists, and why (a column never mixes two
+# definitions of one name); the remedy is one rerun of the analysis stage, no model needed.
+RETIRED_PROTOCOLS = {
+    "icir-heads/1": "its pointer_r1 is the exact score (Eq. 1), where icir-heads/2's is the protocol's Eq. 3 "
+                    "score; run icir analyze RUN --overwrite with this version, then icir submit again",
+}
 STAGE_KEYS = ("heads_ranking", "writer_probes")  # a transfer stage's inputs (§4.3), per unit
 TOLERANCE = 1e-9
 

@@ -374,7 +374,11 @@ def _index_html(entries: list[Entry], pages: list[str], columns: list[tuple[str,
         "verification record passed for this exact submission.json; "
         "<span class=\"badge self-reported\">self-reported</span>: the validator recomputed every number "
         "from the submitted per-document records, nobody reran the model.</p>\n"
-        "<p>Chance levels: pointer R@1 on ICIR-MCQ is the mean of 1/N over documents with N candidate "
+        "<p>Pointer R@1 is the best head's R@1 under the run's ranking score, Eq. 3 on protocol icir-heads/2 "
+        "(a run ranked otherwise lists it among its deviations; on VHs: the transferred ICIR-MCQ "
+        "head's, scored as it was ranked, which equals the K = 1 vote); the exact column scores the model's "
+        "attention rows (Eq. 1). "
+        "Chance levels: pointer R@1 on ICIR-MCQ is the mean of 1/N over documents with N candidate "
         "images; writer R@1 is 1/pool size (both on each model's heatmaps); the pointer-writer overlap@K "
         f"of two top-K sets of the L·H heads has overlap chance K²/(L·H), K = min({TOP_K_SETS}, L·H). "
         "Values are shown with 3 decimals; "
@@ -395,16 +399,17 @@ def _figures(folder: Path, page: str, entry: Entry) -> tuple[list[str], list[str
 
     grids, chance = entry.grids, entry.chance
     heads = []
-    for name, title, chance_value in (("pointer", "pointer R@1 per head (exact, Eq. 1)", chance["pointer"]),
+    for name, title, chance_value in (("pointer_exact", "pointer R@1 per head (exact, Eq. 1)", chance["pointer"]),
                                       ("pointer_eq3", "pointer R@1 per head (Eq. 3)", chance["pointer"]),
                                       ("writer", "writer R@1 per head", chance["writer"])):
         if grids[name] is not None:
             path = folder / f"{name}.png"
             plot_head_grid(np.asarray(grids[name], dtype=float), path, title, chance_value)
             heads.append(_figure(f"{page}/{path.name}", f"L x H heatmap: {title}"))
-    if grids["pointer"] is not None and grids["writer"] is not None:
+    pointer = grids.get(f"pointer_{entry.row['pointer_score']}")  # the score pointer_r1 and the overlap use
+    if pointer is not None and grids["writer"] is not None:
         path = folder / "pointer_vs_writer.png"
-        plot_pointer_vs_writer(np.asarray(grids["pointer"], dtype=float), np.asarray(grids["writer"], dtype=float),
+        plot_pointer_vs_writer(np.asarray(pointer, dtype=float), np.asarray(grids["writer"], dtype=float),
                                path, top_k=entry.row["overlap_k"], pointer_chance=chance["pointer"])
         heads.append(_figure(f"{page}/{path.name}", "pointer R@1 vs writer R@1 per head (top-K sets)"))
     votes = []

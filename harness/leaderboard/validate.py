@@ -16,6 +16,7 @@ from harness.leaderboard.recompute import Recomputation
 from harness.leaderboard.schema import (
     ALLOWED_SUFFIXES,
     DEFAULT_PROTOCOLS,
+    RETIRED_PROTOCOLS,
     MANIFEST,
     MAX_FILE_BYTES,
     MAX_FILES,
@@ -140,6 +141,10 @@ def _validate_folder(root: Path, config: Mapping[str, Any] | None) -> Report:
         where = "/".join(str(p) for p in error.absolute_path) or "(root)"
         report.fail(f"{MANIFEST}: schema: {where}: {error.message}")
     if errors:
+        return report
+    protocol = manifest["protocol"]["protocol"]
+    if protocol in RETIRED_PROTOCOLS:  # nothing of it is recomputed under names it defined otherwise
+        report.fail(f"protocol {protocol!r} is retired: {RETIRED_PROTOCOLS[protocol]}")
         return report
     listed = _check_files(root, manifest, files, report)
     _check_protocol(manifest, config, report)

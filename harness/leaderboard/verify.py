@@ -8,7 +8,7 @@ generation kwargs and seeds. The weights must be the submission's (weights sha25
 folder, or the Hub commit). Per field the agreement is the fraction of equal entries:
 
 - ``answer`` and ``correct``: per document; they must agree on at least `ANSWER_AGREEMENT`.
-- ``pointer_image`` and ``pointer_image_eq3``: per document and head (the image each head points
+- ``pointer_image_exact`` and ``pointer_image_eq3``: per document and head (the image each head points
   to, exact and Eq. 3); at least `HEAD_AGREEMENT`.
 
 The tolerances allow for bf16 kernels across GPUs, where a near-tie between two images can flip a
@@ -39,7 +39,7 @@ from icir_common import UserInputError, read_json, write_json
 ANSWER_AGREEMENT = 0.95
 HEAD_AGREEMENT = 0.99
 DOCUMENT_FIELDS = ("answer", "correct")
-HEAD_FIELDS = ("pointer_image", "pointer_image_eq3")
+HEAD_FIELDS = ("pointer_image_exact", "pointer_image_eq3")
 VERIFICATION_FORMAT = "icir-verification/1"
 
 
@@ -106,12 +106,14 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
         docs: documents per task.
         seed: the sample's seed.
         model_args: arguments over the protocol's (``pretrained=`` where the weights live here).
-        device: torch device (default: lm-eval's).
+        device: torch device; default: ``model_args``' ``device``, else cuda when there is one, else cpu.
 
     Raises:
         UserInputError: a submission whose manifest or records cannot be read, or any error of
             the eval path (an unknown model, a missing dataset folder).
     """
+    import torch
+
     from harness.activation_store import SETTINGS_FILE, ActivationStore
     from harness.analysis import record_answer
     from harness.evaluation import evaluate
@@ -132,12 +134,12 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
     settings = manifest["protocol"]["settings"]
     with tempfile.TemporaryDirectory(prefix="icir-verify-") as store:
         args = protocol_model_args(manifest, root, {**(model_args or {}), "store": store})
+        args["device"] = device or args.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
         seeds = settings.get("seeds") or {}
         kwargs = {f"{key.removesuffix('_seed')}_random_seed" if key != "random_seed" else key: value
                   for key, value in seeds.items() if value is not None}
         evaluate(sorted(found.documents), args, metadata=dict(data), samples=found.documents, batch_size=1,
-                 gen_kwargs=settings.get("gen_kwargs"), analyze=False, **({"device": device} if device else {}),
-                 **kwargs)
+                 gen_kwargs=settings.get("gen_kwargs"), analyze=False, **kwargs)
         stored_settings = read_json(Path(store) / SETTINGS_FILE)
         opened = ActivationStore(store, stored_settings)
         _check_identity(stored_settings, manifest["model"], found)
@@ -145,7 +147,7 @@ def verify(submission: str | Path, data: Mapping[str, str], docs: int = 20, seed
         for task, ids in found.documents.items():
             # lm-eval numbers the sampled documents 0..k-1 in dataset order (ids are sorted)
             stored = opened.load(task, range(len(ids)), ["pointer", "pointer_eq3"])
-            mine_pointer = {"pointer_image": pointer_votes([d.tensors["pointer"] for d in stored], 0),
+            mine_pointer = {"pointer_image_exact": pointer_votes([d.tensors["pointer"] for d in stored], 0),
                             "pointer_image_eq3": pointer_votes([d.tensors["pointer_eq3"] for d in stored], 0)}
             for index, (doc_id, doc) in enumerate(zip(ids, stored)):
                 answer, correct = record_answer(doc.record)
@@ -196,7 +198,7 @@ def _submitted(root: Path, manifest: Mapping[str, Any], task: str) -> dict[int, 
     if records is None:
         raise UserInputError(f"{root}: {problems.failures[0]}; run icir leaderboard validate")
     scored = [row for row in records.documents if row.get("target_image") is not None]
-    heads = {row["doc_id"]: {"pointer_image": records.pointer[i], "pointer_image_eq3": records.pointer_eq3[i]}
+    heads = {row["doc_id"]: {"pointer_image_exact": records.pointer[i], "pointer_image_eq3": records.pointer_eq3[i]}
              for i, row in enumerate(scored)}
     return {row["doc_id"]: {"document": row, "heads": heads.get(row["doc_id"])} for row in records.documents}
 
@@ -224,7 +226,7 @@ def register_verify(actions: argparse._SubParsersAction) -> None:
                         help="model arguments over the submission's protocol, e.g. pretrained=/weights/here")
     parser.add_argument("--metadata", default="{}", metavar="JSON",
                         help='the dataset folders, as for icir eval: {"icir_mcq_data": DIR, "vhs_data": DIR}')
-    parser.add_argument("--device", help="torch device (default: lm-eval's)")
+    parser.add_argument("--device", help="torch device (default: cuda when there is one, else cpu)")
     parser.add_argument("--record", type=Path, metavar="FILE",
                         help="write the verification record here (a leaderboard's "
                              "verifications/<org__model>/<revision>.json)")

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.hf_vlms import HFMultimodalLM
 from tqdm import tqdm
 
-from harness.activation_store import ActivationStore
+from harness.activation_store import ActivationStore, check_store_folder
 from harness.capture import MODES, CaptureRequest, answer_token_ids
 from harness.capture.adapters import (
     ADAPTERS,
@@ -44,6 +45,7 @@ from harness.capture.adapters import (
     image_token_id,
     resolve_adapter,
 )
+from harness.capture.attention import SUPPORTED_KERNELS
 from harness.capture.engine import capture_encoded
 from harness.capture.image_inputs import resolve_image_inputs
 from harness.capture.inputs import encode_requests
@@ -58,7 +60,7 @@ from harness.lm_eval_plugin.generation import (
 )
 from harness.lm_eval_plugin.rankings_io import load_head_ranking, load_writer_probes
 from harness.metrics.writer import WriterProbeConfig
-from harness.protocol import PROTOCOL_POINTER_MODE, model_identity, text_sha256
+from harness.protocol import PROTOCOL_POINTER_MODE, architecture_shape, model_identity, text_sha256
 from icir_common import UserInputError
 
 CAPTURED_FIELDS = ("pointer", "pointer_eq3", "head_output", "image_embeds")
@@ -95,6 +97,39 @@ def check_architecture(pretrained: str, revision: str | None, trust_remote_code:
             f"{pretrained} is a {found}; {MODEL_NAME} captures heads of {', '.join(SUPPORTED_ARCHITECTURES)}"
         )
     return config
+
+
+def check_load_arguments(model_args: Mapping[str, Any]) -> None:
+    """Check the model arguments that would otherwise fail only inside the weights' load or after it:
+    ``dtype`` (``auto`` or the name of a torch dtype), ``attn_implementation`` (a kernel the head
+    capture wraps, `harness.capture.attention.SUPPORTED_KERNELS`) and ``store`` (a folder, or a path
+    where one can be made, whose settings file reads: `check_store_folder`). Absent ones pass.
+
+    Raises:
+        UserInputError: the first bad argument, naming it and what to give instead.
+    """
+    dtype = model_args.get("dtype")
+    if dtype not in (None, "auto") and not isinstance(dtype, torch.dtype) \
+            and not isinstance(getattr(torch, str(dtype), None), torch.dtype):
+        raise UserInputError(f"dtype {dtype!r} is not a torch dtype; give dtype=auto, bfloat16, float16 or float32")
+    kernel = model_args.get("attn_implementation")
+    if kernel is not None and kernel not in SUPPORTED_KERNELS:
+        raise UserInputError(f"attn_implementation {kernel!r} is not an attention kernel the head capture wraps; "
+                             f"give one of {', '.join(SUPPORTED_KERNELS)}")
+    if model_args.get("store"):
+        check_store_folder(model_args["store"])
+
+
+class _HeldRecords(logging.Filter):
+    """A logger filter that holds back every record (to be handled, or dropped, once an outcome is known)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        self.records.append(record)
+        return False
 
 
 def declared_image_side(pretrained: str) -> int | None:
@@ -166,10 +201,12 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             (plus the tokens to generate) is longer is refused, never truncated.
 
     Raises:
-        UserInputError: an unsupported architecture (before loading weights), an unknown pointer
-            mode or readout position, a ranking or probe folder that does not fit the model, a
-            store written with other settings, or data parallelism without a store folder;
-            (when requests arrive) a prompt over ``max_length``.
+        UserInputError: an unsupported architecture, a dtype, attention kernel or store path
+            that cannot be used (`check_load_arguments`; all before loading weights), weights of
+            another shape than the config, an unknown pointer mode or readout position, a
+            ranking or probe folder that does not fit the model, a store written with other
+            settings, or data parallelism without a store folder; (when requests arrive) a
+            prompt over ``max_length``.
     """
 
     def __init__(
@@ -194,6 +231,8 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         if pretrained is None or isinstance(pretrained, str):
             pretrained = str(pretrained or default_model_path())
             check_architecture(pretrained, kwargs.get("revision"), bool(kwargs.get("trust_remote_code", False)))
+        check_load_arguments({"dtype": kwargs.get("dtype"), "attn_implementation": attn_implementation,
+                              "store": store})
         super().__init__(pretrained, attn_implementation=attn_implementation, **kwargs)
         self._use_accelerate_ranks()
         side, side_source = image_side(image_budget, str(self.pretrained))
@@ -209,6 +248,37 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         if self.writer_probes:
             load_writer_probes(self.writer_probes, self.n_layers, self.n_heads)
         self.store = ActivationStore(self._store_dir(store), self.capture_settings(), self.rank, int(store_flush))
+
+    def _create_model(self, pretrained, *args, **kwargs) -> None:
+        """HFLM's load of the weights, refusing in one line weights of another shape than the config.
+
+        transformers logs a per-tensor load report and then raises a ``RuntimeError`` when a
+        checkpoint tensor's shape differs from the one the config gives; the report is held back
+        until the load's outcome is known: logged after a load that succeeds or fails otherwise,
+        dropped for the one-line refusal.
+
+        Raises:
+            UserInputError: weights whose shapes do not fit ``config.json`` (the model folder
+                holds files of two models), naming the folder.
+        """
+        logger = logging.getLogger("transformers.modeling_utils")
+        held = _HeldRecords()
+        logger.addFilter(held)
+        try:
+            super()._create_model(pretrained, *args, **kwargs)
+        except RuntimeError as err:
+            if "ignore_mismatched_sizes" not in str(err):
+                raise
+            held.records.clear()
+            raise UserInputError(
+                f"the weights in {pretrained} have other tensor shapes than its config.json gives (e.g. another "
+                "hidden size): the folder holds files of two models; put the config.json and weights of one "
+                "model there"
+            ) from None
+        finally:
+            logger.removeFilter(held)
+            for record in held.records:
+                logger.handle(record)
 
     def _use_accelerate_ranks(self) -> None:
         # HFLM takes ranks from accelerate only when more than one GPU is visible; on CPU (gloo) or
@@ -233,8 +303,8 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
     def capture_settings(self) -> dict[str, Any]:
         """What every stored capture depends on (a store refuses records made otherwise): the
         model's identity (weights sha256 or Hub commit), dtype, kernel, chat template, Eq. 3 variant,
-        readout positions, image inputs, architecture, parameter count and L x H shape
-        (`harness.protocol` records them)."""
+        readout positions, image inputs, parameter count, and architecture, L x H and hidden size
+        (`harness.protocol.architecture_shape`; `harness.protocol` records them)."""
         pretrained = str(self.pretrained) if isinstance(self.pretrained, str) else self.model.name_or_path
         return {
             "model": pretrained,
@@ -246,9 +316,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             "eq3": "proxy_causal" if self.pointer_mode == "proxy_causal" else "proxy",
             "readout": list(self.positions),
             "image_inputs": self.image_call.record,
-            "layers": self.n_layers,
-            "heads": self.n_heads,
-            "architecture": (getattr(self.model.config, "architectures", None) or [type(self.model).__name__])[0],
+            **architecture_shape(self.model),  # architecture, layers, heads, hidden_size
             "model_type": self.model.config.model_type,
             "n_parameters": sum(p.numel() for p in self.model.parameters()),
         }

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.constants import VOTE_KS
+from harness.constants import POINTER_SCORES, VOTE_KS
 from harness.metrics.probes import WriterProbes
 from harness.metrics.rankings import as_flat_indices, head_ranking, ranking_names
 from icir_common import UserInputError
@@ -45,10 +45,25 @@ def ranking_document(grid: np.ndarray, criterion: str, position: str, score: str
 
 
 def load_head_ranking(path: str | os.PathLike, n_layers: int, n_heads: int) -> np.ndarray:
-    """Flat head indices ``l*H + h`` (best first) from a ranking file, checked against the model.
+    """Flat head indices ``l*H + h`` (best first) from a ranking file, checked against the model
+    (`read_head_ranking` without the score).
 
     Raises:
-        UserInputError: missing or malformed file, or a ranking made for another L x H.
+        UserInputError: see `read_head_ranking`.
+    """
+    return read_head_ranking(path, n_layers, n_heads)[0]
+
+
+def read_head_ranking(path: str | os.PathLike, n_layers: int, n_heads: int) -> tuple[np.ndarray, str | None]:
+    """``(flat head indices l*H + h best first, score)`` of a ranking file, checked against the model.
+
+    ``score`` is the pointer score the ranking was made with (``exact`` or ``eq3``, the file's
+    ``score``), or None for a file without one (a writer ranking): a transfer set scores the
+    ranking's top head with it (§4.3).
+
+    Raises:
+        UserInputError: missing or malformed file, a ranking made for another L x H, or a
+            ``score`` that is neither ``exact`` nor ``eq3``.
     """
     path = Path(path)
     try:
@@ -79,7 +94,11 @@ def load_head_ranking(path: str | os.PathLike, n_layers: int, n_heads: int) -> n
     if len(set(flat.tolist())) != flat.size:
         repeated = sorted({name for name in ranking if ranking.count(name) > 1}, key=str)[:3]
         raise UserInputError(f"head ranking {path} lists heads more than once ({', '.join(map(str, repeated))})")
-    return flat
+    score = document.get("score")
+    if score is not None and score not in POINTER_SCORES:
+        raise UserInputError(f"head ranking {path} has score {score!r}; a pointer ranking's score is one of "
+                             f"{', '.join(POINTER_SCORES)}")
+    return flat, score
 
 
 def load_writer_probes(path: str | os.PathLike, n_layers: int, n_heads: int) -> tuple[WriterProbes, np.ndarray]:

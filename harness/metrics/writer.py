@@ -2,7 +2,9 @@
 
 For each head (l, h), probes f (d_h -> k) and g (d_model -> k) are trained jointly with InfoNCE
 (in-batch negatives, optionally the sample's in-context distractor images as extra negatives),
-Adam at learning rate 1e-3, batch 256, on the ``train`` samples of ``probe_split``. After every
+Adam at learning rate 1e-3, batch 256 (128 for Qwen3-VL-8B, App. D), on the ``train`` samples of
+``probe_split``. The loss runs one way, head -> image: each head output's softmax over the batch's
+images, as writer R@1 ranks images for a head output (there is no image -> head term). After every
 epoch each head's writer R@1 is measured on the ``eval`` samples and the head keeps its best
 epoch (checkpoint selection). Writer R@1 is the fraction of samples whose target image ranks
 first among the pool of all their distinct target images (chance 1/pool).
@@ -50,7 +52,8 @@ class WriterProbeConfig:
     Attributes:
         proj_dim: shared retrieval-space width k (256, App. D).
         lr: Adam learning rate (1e-3, App. D).
-        batch_size: training batch (256, App. D; the paper used 128 for Qwen3-VL-8B).
+        batch_size: training batch (256, App. D; App. D's 128 for Qwen3-VL-8B is the protocol's
+            setting for that model, `harness.protocol.protocol_writer_config`).
         epochs: training epochs, each followed by checkpoint selection (not stated in the paper).
         temperature: InfoNCE temperature on the cosine scores (CLIP's initial 0.07; not stated in
             the paper); fixed, or the starting value when `learn_temperature`.
@@ -74,10 +77,12 @@ class WriterProbeConfig:
     learn_temperature: bool = False
 
     @classmethod
-    def from_arguments(cls, arguments: Mapping[str, Any]) -> WriterProbeConfig:
+    def from_arguments(cls, arguments: Mapping[str, Any], defaults: WriterProbeConfig | None = None) -> WriterProbeConfig:
         """The settings of model arguments: ``writer_config=FILE`` (a JSON object of these fields)
         and ``writer_<field>=value`` (which override the file); ``writer_temperature=learned``
-        learns it from 0.07. Other arguments are ignored.
+        learns it from 0.07. Other arguments are ignored. A field neither sets keeps its value in
+        `defaults` (the protocol's settings for the run's model, `harness.protocol.protocol_writer_config`;
+        the class defaults when None).
 
         Raises:
             UserInputError: an unreadable file, an unknown field, or a value of the wrong type.
@@ -96,7 +101,7 @@ class WriterProbeConfig:
             if name not in fields:
                 raise UserInputError(f"unknown writer-probe setting {key!r}; known: writer_{', writer_'.join(fields)}")
             values[name] = _typed(key, value, fields[name])
-        return cls(**values)
+        return dataclasses.replace(defaults or cls(), **values)
 
     def __post_init__(self) -> None:
         """Raise ``UserInputError`` for settings no fit can run with."""

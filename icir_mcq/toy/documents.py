@@ -4,7 +4,8 @@ Mirrors one line of ``mm_niah_val/annotations/retrieval-image.jsonl`` (``docs/fo
 ``images_list``, ``context`` with one literal ``<image>`` per image, ``question``, ``answer``
 and ``meta``. Some segments between placeholders are empty (adjacent images) and some
 sentences use shape words in their everyday sense ("the town square", "at the heart of"), so
-the builder's passage filters are exercised as on the real documents.
+the builder's passage handling is exercised as on the real documents: kept as they are under the
+default passage rule, skipped under ``category_free`` (`icir_mcq.sampling`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ _TAILS = ("after a long debate.", "in a short statement on Monday.", "to everyon
 _OPENERS = ("Here is what we learned.", "It was not the first attempt.", "Readers asked for more details.",
             "The weather did not cooperate.", "Prices have gone up since then.", "Nobody expected that.",
             "You can try this at home.", "The numbers speak for themselves.")
-# Everyday uses of the toy category names and of COCO names; passages with them must be skipped.
+# Everyday uses of the toy category names and of COCO names (skipped under passage rule category_free).
 _SHAPE_WORD_SENTENCES = (
     "The market moved to the town square last spring.",
     "At the heart of the problem is a lack of funding.",
