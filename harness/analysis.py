@@ -430,13 +430,29 @@ class RunAnalysis:
     text: dict[str, TextRetrieval] = field(default_factory=dict)
 
 
+def span_lengths(part: TaskDocs) -> list[int]:
+    """Tokens of every image span of a task's documents, in document and image order."""
+    return [end - start for record in part.records for start, end in record["image_spans"]]
+
+
+def unequal_tokens_note(parts: Sequence[TaskDocs]) -> str | None:
+    """The summary's note when the images of `parts` got different token counts, else None: the
+    image input of some families (Qwen's pixel budget, LLaVA-NeXT's any-res, Pixtral's native
+    aspect ratio) gives images of other sizes or aspect ratios other counts, so pointer scores
+    sum attention over image spans of different lengths."""
+    lengths = [n for part in parts for n in span_lengths(part)]
+    if len(set(lengths)) < 2:
+        return None
+    return (f"images got different visual-token counts ({min(lengths)} to {max(lengths)} tokens per image span), "
+            "so pointer scores sum over image spans of different lengths")
+
+
 def dataset_summary(part: TaskDocs) -> dict:
     """A task's documents as the protocol record names them: count, fingerprint, visual tokens per image."""
-    tokens = [end - start for record in part.records for start, end in record["image_spans"]]
     return {
         "documents": len(part.records),
         "fingerprint": dataset_fingerprint([record["fingerprint"] for record in part.records]),
-        "visual_tokens_per_image": token_summary(tokens),
+        "visual_tokens_per_image": token_summary(span_lengths(part)),
     }
 
 
@@ -474,6 +490,8 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
         if not any((part.targets >= 0).any() for part in unit_parts):
             continue
         analysis = _pointer_analysis(name, unit_parts, positions, spec.heads_ranking, primary)
+        if (note := unequal_tokens_note(unit_parts)) is not None:
+            analysis.notes.append(note)
         if analysis.reported(analysis.primary) is None:
             analysis.notes.append(
                 "only pointer_r1_oracle is available: its best head is selected on the evaluation data itself; "

@@ -245,6 +245,9 @@ def deviations(settings: Mapping[str, Any]) -> list[str]:
     if settings["readout"][:1] != [PROTOCOL_READOUT]:
         found.append(f"reported readout {settings['readout'][:1]} (protocol: {PROTOCOL_READOUT})")
     images = settings.get("image_inputs") or {}
+    if images.get("derived"):
+        found.append(f"image inputs of the {images.get('family')} family: its processor's defaults, tiling off "
+                     f"(protocol: a family's own input of the icir-heads table, App. A, App. J.1)")
     if images.get("side_source") in ("user", "model"):
         found.append(f"image side {images.get('side')} px set by the {images['side_source']} "
                      f"(protocol: the {images.get('family')} family's own)")

@@ -111,7 +111,7 @@ def test_suffix_logits_match_to_1e5(setup, share, kernel):
 def test_which_architectures_share_the_prefix_kernel():
     routed = {arch: shared_prefix_supported(language_model(m, resolve_adapter(m)))
               for arch in ARCHS for m in [build_tiny(arch, seed=1)[0]]}
-    assert routed == {**dict.fromkeys(ARCHS), "gemma3": "sliding-window attention"}
+    assert routed == {**dict.fromkeys(ARCHS), **dict.fromkeys(("gemma3", "gemma4"), "sliding-window attention")}
 
 
 def test_images_after_the_ablation_start_need_full_forwards(setup):

@@ -12,10 +12,12 @@ multi-image path, Pixtral's aspect ratio).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import json
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,6 +25,7 @@ import torch
 import transformers
 from PIL import Image
 
+from harness.analysis import unequal_tokens_note
 from harness.capture.adapters import (
     ADAPTERS,
     ModelAdapter,
@@ -30,13 +33,14 @@ from harness.capture.adapters import (
     resolve_adapter,
 )
 from harness.capture.image_inputs import (
+    processor_side,
     resolve_image_inputs,
     square_resize,
     token_count_summary,
     visual_token_counts,
 )
 from harness.capture.inputs import CaptureRequest, encode_requests
-from harness.tiny_models import ARCHS, build_tiny, random_images
+from harness.tiny_models import ARCHS, TABLE_ARCHS, build_tiny, random_images
 from icir_common import UserInputError
 
 ASPECTS = ((640, 480), (480, 640), (500, 500))  # (width, height) px of the real-size checks
@@ -99,7 +103,7 @@ def expected_equal_count(arch: str, side: int | None) -> int:
 
 def test_every_row_declares_how_its_processor_is_called():
     images = {adapter.name: adapter.images for adapter in ADAPTERS}
-    assert set(images) == set(ARCHS)
+    assert set(images) == set(TABLE_ARCHS)
     assert {name for name, spec in images.items() if spec.user_side} == {"qwen3_vl", "qwen2_5_vl", "llava_pixtral"}
     assert {name for name, spec in images.items() if spec.square} == {"internvl", "llava_onevision", "llava_pixtral"}
     assert {name for name, spec in images.items() if spec.lone_images} == {"llava_onevision"}
@@ -109,7 +113,7 @@ def test_every_row_declares_how_its_processor_is_called():
     assert len(set(ADAPTERS)) == len(ADAPTERS)  # rows stay hashable
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TABLE_ARCHS)
 def test_protocol_record_is_json(arch):
     _, processor, adapter = tiny(arch)
     record = resolve_image_inputs(processor, adapter).record
@@ -276,7 +280,7 @@ def real_sized_processor(arch: str):
     return type(tiny_processor)(**parts, **extra)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TABLE_ARCHS)
 def test_real_processor_sizes_give_the_papers_token_counts(arch):
     processor = real_sized_processor(arch)
     _, layouts, call = encode(arch, requests(ASPECTS), processor=processor)
@@ -392,3 +396,84 @@ def test_capture_heads_takes_the_protocol_inputs(arch):
                             image_inputs=call)
     tokens = [end - start for start, end in capture.image_spans]
     assert len(set(tokens)) == 1 and capture.pointer.shape[-1] == 3
+
+
+# --------------------------------------------------------------------------- families outside the table
+
+# Visual tokens of the TINY_ASPECTS images and WIDE under the processor's own input, worked by hand:
+# LLaVA-1.5 crops every image to 32x32 px (2x2 patches); LLaVA-NeXT adds to its 2x2 base tile the
+# any-res grid that fits best (2x2 tiles for the first three: 4x4 features + 4 row newlines; 1x3
+# tiles for 160x48: 2x6 + 2); Mistral 3 fits the longest edge into 64 px, rounds both sides up to
+# 32 px and merges 2x2 patches (160x48 -> 64x19 -> 64x32: one row of 2 [IMG]).
+# Qwen2-VL, Qwen3-VL-MoE and GLM-4.1V keep the aspect ratio within a pixel budget of 2x2 merged
+# patches (56 / 64 / 56 px square; GLM counts both temporal copies): each side rounds to a multiple
+# of 28 / 32 / 28 px (the first three to 2x2 tokens), and 160x48 px, over budget, shrinks by
+# sqrt(160*48 / budget) and rounds down to 1x3 tokens.
+DERIVED_COUNTS = {
+    "llava_clip": [4, 4, 4, 4],
+    "llava_next": [24, 24, 24, 18],
+    "mistral3": [4, 4, 4, 2],
+    "qwen2_vl": [4, 4, 4, 3],
+    "qwen3_vl_moe": [4, 4, 4, 3],
+    "glm4v": [4, 4, 4, 3],
+    # Gemma 4: each side scaled to fill 70 soft tokens of 48-px (3x3 pooled 16-px patches), rounded
+    # down: 64x48 -> 432x336 (9x7), 50x50 -> 384x384 (8x8), 160x48 -> 720x192 (15x4).
+    "gemma4": [63, 63, 64, 60],
+    "deepseek_vl": [4, 4, 4, 4],  # longest side fit into 32 px, padded to a 32x32 square: 2x2 patches
+}
+# The summary's note on unequal counts: tokens per image span (Mistral 3: 2 rows of 2 [IMG] and one
+# [IMG_BREAK], or one row of 2).
+UNEQUAL_SPANS = {"llava_clip": None, "llava_next": "18 to 24", "mistral3": "2 to 5", "gemma4": "60 to 64",
+                 "deepseek_vl": None,
+                 **dict.fromkeys(("qwen2_vl", "qwen3_vl_moe", "glm4v"), "3 to 4")}
+
+
+@pytest.mark.parametrize("arch", sorted(DERIVED_COUNTS))
+def test_a_derived_family_takes_its_processors_own_input(arch):
+    """No tiling switch to turn off; any-res (LLaVA-NeXT) and native aspect ratios (Mistral 3) still
+    give images different counts, and the run summary's note says so."""
+    model, processor, adapter = tiny(arch)
+    call = resolve_image_inputs(processor, adapter)
+    assert call.record["derived"] and call.record["family"] == model.config.model_type
+    assert call.call_kwargs == {} and json.loads(json.dumps(call.record)) == call.record
+    inputs, layouts, _ = encode(arch, requests(TINY_ASPECTS + (WIDE,)))
+    assert visual_token_counts(layouts) == [DERIVED_COUNTS[arch], DERIVED_COUNTS[arch][:1]]
+    forward_accepts(arch, inputs)
+    note = unequal_tokens_note([SimpleNamespace(records=[{"image_spans": layout.image_spans} for layout in layouts])])
+    spans = UNEQUAL_SPANS[arch]
+    assert note is None if spans is None else f"images got different visual-token counts ({spans} tokens" in note
+
+
+@pytest.mark.parametrize("arch", ["qwen2_vl", "glm4v"])
+def test_a_pixel_budget_is_not_read_as_a_side(arch):
+    """Qwen2-VL-style processors keep min/max pixels in size's shortest/longest edge (tiny Qwen2-VL:
+    784 and 3,136): a derived family's record names no side rather than a pixel count."""
+    _, processor, adapter = tiny(arch)
+    assert processor.image_processor.size["longest_edge"] == 4 * processor.image_processor.size["shortest_edge"]
+    assert resolve_image_inputs(processor, adapter).record["side"] is None
+    with pytest.raises(UserInputError, match="not one square input"):
+        processor_side(processor)
+
+
+# Idefics3 / SmolVLM with image splitting on (the real checkpoints' default) fit the longest edge to
+# 256 px (4 x the 64-px tile, as 4 x 364 / 4 x 512 px for real), round each side up to whole tiles
+# and add one global tile, 4 tokens each: 64x48 -> 256x192 -> 4x3 + 1 tiles = 52 tokens, 50x50 ->
+# 4x4 + 1 = 68, 160x48 -> 256x76 -> 256x128 -> 4x2 + 1 = 36.
+SPLIT_COUNTS = {"idefics3": [52, 52, 68, 36], "smolvlm": [52, 52, 68, 36]}
+
+
+@pytest.mark.parametrize("arch", sorted(SPLIT_COUNTS))
+def test_a_derived_familys_tiling_switch_is_turned_off(arch):
+    """A processor that splits images gets ``do_image_splitting=False``: one global tile per image."""
+    model, processor, adapter = tiny(arch)
+    splitting = copy.deepcopy(processor)
+    splitting.image_processor.do_image_splitting = True
+    call = resolve_image_inputs(splitting, adapter)
+    assert call.call_kwargs == {"do_image_splitting": False} and call.record["derived"]
+    reqs = requests(TINY_ASPECTS + (WIDE,))
+    split_inputs, split_layouts, _ = encode(arch, reqs, protocol=False, processor=splitting)
+    assert visual_token_counts(split_layouts) == [SPLIT_COUNTS[arch], SPLIT_COUNTS[arch][:1]]
+    forward_accepts(arch, split_inputs)
+    inputs, layouts, _ = encode(arch, reqs, processor=splitting)
+    assert visual_token_counts(layouts) == [[processor.image_seq_len] * 4, [processor.image_seq_len]]
+    forward_accepts(arch, inputs)

@@ -40,9 +40,15 @@ def test_unsupported_architecture(shared, tmp_path):
     text_only = tmp_path / "llama"
     transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                              num_attention_heads=2, vocab_size=64).save_pretrained(text_only)
-    with pytest.raises(UserInputError, match=r"is a model_type 'llama'; hf-multimodal-heads captures heads of "
-                                             r"qwen3_vl, qwen2_5_vl, internvl, llava_onevision, llava_pixtral, gemma3"):
+    with pytest.raises(UserInputError, match=r"is a model_type 'llama', which transformers' "
+                                             r"AutoModelForImageTextToText cannot build"):
         _eval("--tasks", "icir_mcq_n5", "--model_args", f"pretrained={text_only}",
+              "--metadata", f"icir_mcq_data={shared / 'mcq'}")
+    # An LVLM whose images enter through cross-attention: refused with the reason, before its weights load.
+    cross = tmp_path / "mllama"
+    transformers.AutoConfig.for_model("mllama").save_pretrained(cross)
+    with pytest.raises(UserInputError, match=r"mllama.*: images enter the decoder through cross-attention"):
+        _eval("--tasks", "icir_mcq_n5", "--model_args", f"pretrained={cross}",
               "--metadata", f"icir_mcq_data={shared / 'mcq'}")
 
 

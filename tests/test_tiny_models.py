@@ -24,9 +24,21 @@ TOKENS_PER_IMAGE = {
     "llava_onevision": (5, 5),
     "llava_pixtral": (16, 19),
     "gemma3": (4, 4),
+    "qwen2_vl": (4, 4),
+    "idefics3": (4, 4),
+    "smolvlm": (4, 4),
+    "qwen3_vl_moe": (4, 4),
+    "llava_clip": (4, 4),  # 32x32 center crop, 16-px patches, CLS dropped
+    "llava_next": (24, 24),  # 2x2 base + 2x2 tiles of 2x2 patches (64x64 fits the 2x2 grid) + 4 row newlines
+    "mistral3": (4, 5),  # 4x4 patches merged 2x2: 2 rows of 2 [IMG], one [IMG_BREAK] between
+    "glm4v": (4, 4),
+    "gemma4": (64, 64),  # resized to 384x384 (70-token budget, 48-px multiples): 24x24 patches pooled 3x3
+    "deepseek_vl": (4, 4),  # fit and padded into 32x32 px, 16-px patches
 }
+# Families whose get_image_features pools one tensor per sample (all its images' tokens), not per image.
+FEATURES_PER_SAMPLE = {"idefics3", "smolvlm"}
 # Tokens inside one image's span besides the image token, and the markers right around it.
-SPAN_FILLERS = {"llava_pixtral": ("[IMG_BREAK]",)}
+SPAN_FILLERS = {"llava_pixtral": ("[IMG_BREAK]",), "mistral3": ("[IMG_BREAK]",)}
 SPAN_MARKERS = {
     "qwen3_vl": ("<|vision_start|>", "<|vision_end|>"),
     "qwen2_5_vl": ("<|vision_start|>", "<|vision_end|>"),
@@ -34,6 +46,16 @@ SPAN_MARKERS = {
     "llava_onevision": (None, None),
     "llava_pixtral": (None, "[IMG_END]"),
     "gemma3": ("<start_of_image>", "<end_of_image>"),
+    "qwen2_vl": ("<|vision_start|>", "<|vision_end|>"),
+    "idefics3": ("<global-img>", "<fake_token_around_image>"),
+    "smolvlm": ("<global-img>", "<fake_token_around_image>"),
+    "qwen3_vl_moe": ("<|vision_start|>", "<|vision_end|>"),
+    "llava_clip": (None, None),
+    "llava_next": (None, None),
+    "mistral3": (None, "[IMG_END]"),
+    "glm4v": ("<|begin_of_image|>", "<|end_of_image|>"),
+    "gemma4": ("<|image>", "<image|>"),
+    "deepseek_vl": (None, None),
 }
 
 
@@ -113,7 +135,7 @@ def test_forward_logits_and_image_features_reach_the_language_model(arch, images
     with torch.no_grad():
         logits = model(**inputs).logits
         accepted = inspect.signature(model.model.get_image_features).parameters
-        features = model.get_image_features(**{k: v for k, v in inputs.items() if k in accepted}).pooler_output
+        features = model.model.get_image_features(**{k: v for k, v in inputs.items() if k in accepted}).pooler_output
     handle.remove()
 
     seq_len = inputs["input_ids"].shape[1]
@@ -122,7 +144,7 @@ def test_forward_logits_and_image_features_reach_the_language_model(arch, images
     if isinstance(features, torch.Tensor):
         features = features.reshape(-1, features.shape[-1])
     else:
-        assert len(features) == 3
+        assert len(features) == (1 if arch in FEATURES_PER_SAMPLE else 3)
         features = torch.cat(list(features))
     image_positions = inputs["input_ids"][0] == info["image_token_id"]
     assert features.shape == (int(image_positions.sum()), model.config.get_text_config().hidden_size)

@@ -22,7 +22,7 @@ Adding a model family is one row in `ADAPTERS`. Every row is read the same way:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -73,6 +73,8 @@ class ImageInputs:
             ``batch_num_images`` it returns) treats every image as a prompt's only image
             (LLaVA-OneVision: base tile + any-res crops for every image, not the base tile alone
             for prompts holding several images).
+        derived: the family is outside the table: its processor's own input, tiling switches
+            (`TILING_SWITCHES`) off; no protocol side exists, so a run is off the protocol.
         source: where the setting comes from (paper section, processor behaviour), for the record.
     """
 
@@ -81,6 +83,7 @@ class ImageInputs:
     square: bool = False
     call_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
     lone_images: bool = False
+    derived: bool = False
     source: str = ""
 
 
@@ -174,6 +177,124 @@ ADAPTERS: tuple[ModelAdapter, ...] = (
 )
 SUPPORTED_ARCHITECTURES: tuple[str, ...] = tuple(adapter.name for adapter in ADAPTERS)
 
+# Where transformers' common layout keeps the language-model decoder of a
+# ``...ForConditionalGeneration`` (tried in order), the output-projection names it uses, and the
+# config attributes that hold the image placeholder's id.
+DECODER_PATHS: tuple[str, ...] = ("model.language_model", "model.text_model", "language_model.model", "language_model")
+O_PROJ_NAMES: tuple[str, ...] = ("o_proj", "out_proj")
+IMAGE_TOKEN_ATTRIBUTES: tuple[str, ...] = ("image_token_id", "image_token_index")
+
+# Families outside the paper's table take their processor's own image input with tiling turned
+# off (App. J.1: equal tokens per image); these image-processor switches turn tiling off.
+TILING_SWITCHES: tuple[str, ...] = ("do_image_splitting", "crop_to_patches", "do_pan_and_scan", "image_splitting")
+DERIVED_IMAGES_SOURCE = "family outside the icir-heads table: processor defaults"
+
+_REGISTERED: list[ModelAdapter] = []
+
+
+def register_adapter(adapter: ModelAdapter) -> None:
+    """Add a row to the table for this process (before `ADAPTERS`' own rows are tried): a family
+    whose layout cannot be derived, or whose protocol image inputs a user fixes, without editing
+    the package (the pyvene-style per-family mapping users extend; docs/models.md has an example).
+
+    Raises:
+        UserInputError: `adapter` is not a `ModelAdapter`.
+    """
+    if not isinstance(adapter, ModelAdapter):
+        raise UserInputError(f"register_adapter takes a ModelAdapter, got {type(adapter).__name__}")
+    _REGISTERED.insert(0, adapter)
+
+
+def _child(module: nn.Module, dotted: str) -> nn.Module | None:
+    for name in dotted.split("."):
+        module = getattr(module, name, None)
+        if not isinstance(module, nn.Module):
+            return None
+    return module
+
+
+def _kv_source(attentions: Sequence[nn.Module | None], index: int, k_proj: str = "k_proj") -> int | None:
+    """The layer whose `k_proj` forms layer `index`'s keys: `index` itself when it has one; for a
+    KV-shared layer (transformers' ``is_kv_shared_layer``: Gemma 3n, Gemma 4 E2B/E4B), which reuses
+    the keys that the last earlier layer of its ``layer_type`` stores, that layer; else None."""
+    attention = attentions[index]
+    if isinstance(_child(attention, k_proj), nn.Module):
+        return index
+    if getattr(attention, "is_kv_shared_layer", False) is not True:
+        return None
+    kind = getattr(attention, "layer_type", None)
+    return next((earlier for earlier in range(index - 1, -1, -1)
+                 if isinstance(_child(attentions[earlier], k_proj), nn.Module)
+                 and getattr(attentions[earlier], "layer_type", None) == kind), None)
+
+
+def refusal_reason(model: nn.Module) -> str | None:
+    """Why head capture cannot measure `model`'s architecture (one clause), or None when it can:
+    images that enter through cross-attention have no per-image span in the decoder sequence;
+    encoder-decoder models have no decoder-only prefill; a decoder whose layers are not all
+    softmax attention with separate q/k/o projections is a variant not handled yet (a KV-shared
+    layer's k_proj is that of the layer whose keys it reuses, `_kv_source`)."""
+    config = model.config
+    text = config.get_text_config()
+    if getattr(text, "cross_attention_layers", None) or config.model_type in ("idefics", "mllama"):
+        return "images enter the decoder through cross-attention, so no image has a span of visual tokens to measure"
+    if getattr(config, "is_encoder_decoder", False) or getattr(text, "is_encoder_decoder", False):
+        return "an encoder-decoder model: the question is not read in one decoder prefill with the images"
+    if getattr(text, "altup_num_inputs", None):  # Gemma 3n
+        return ("AltUp decoder layers read several stacked predictions of each token's hidden state, which the "
+                "image-embedding readout at layer 0 does not handle yet")
+    decoder = next((found for path in DECODER_PATHS if (found := _child(model, path)) is not None
+                    and isinstance(getattr(found, "layers", None), nn.ModuleList)), None)
+    if decoder is None:
+        return f"no language-model decoder with layers at {' / '.join(DECODER_PATHS)}"
+    attentions = [getattr(layer, "self_attn", None) for layer in decoder.layers]
+    for index, (layer, attention) in enumerate(zip(decoder.layers, attentions)):
+        if attention is None:
+            kinds = sorted(name for name, _ in layer.named_children() if "attn" in name or "conv" in name or "mixer" in name)
+            return (f"a hybrid decoder: layer {index} holds {', '.join(kinds) or 'no self_attn'}, not softmax "
+                    "attention (heads exist only in its attention layers; not handled yet)")
+        if hasattr(attention, "query_key_value"):
+            return "a fused query_key_value projection (per-head slices not handled yet)"
+        source = _kv_source(attentions, index)
+        own = ("q_proj", "k_proj") if source == index else ("q_proj",)
+        if source is None or not all(isinstance(getattr(attention, name, None), nn.Module) for name in own):
+            return "latent or otherwise projected attention without q_proj/k_proj (not handled yet)"
+        if not any(isinstance(getattr(attention, name, None), nn.Module) for name in O_PROJ_NAMES):
+            return f"an attention output projection named other than {' or '.join(O_PROJ_NAMES)}"
+        projections = [getattr(attention, name) for name in own]
+        projections.append(next(getattr(attention, n) for n in O_PROJ_NAMES if isinstance(getattr(attention, n, None), nn.Module)))
+        if not all(isinstance(module, nn.Linear) for module in projections):
+            kinds = sorted({type(module).__name__ for module in projections if not isinstance(module, nn.Linear)})
+            return f"attention projections that are not linear layers ({', '.join(kinds)}; not handled yet)"
+        if not isinstance(getattr(attention, "head_dim", None), int):
+            return "an attention module without an integer head_dim"
+    if not any(getattr(config, name, None) is not None for name in IMAGE_TOKEN_ATTRIBUTES):
+        return f"no image placeholder token id in the config ({' / '.join(IMAGE_TOKEN_ATTRIBUTES)})"
+    return None
+
+
+def derive_adapter(model: nn.Module) -> ModelAdapter:
+    """The adapter of a model in transformers' common layout, found from the model and its config:
+    the decoder at the first of `DECODER_PATHS` that holds ``layers``, attention ``self_attn`` with
+    ``q_proj`` / ``k_proj`` and the first of `O_PROJ_NAMES` it has, the image token id under the
+    first of `IMAGE_TOKEN_ATTRIBUTES` the config sets, and the processor's own image input with
+    every `TILING_SWITCHES` switch turned off (a named deviation, `DERIVED_IMAGES_SOURCE`).
+
+    Raises:
+        UserInputError: the architecture cannot be measured (`refusal_reason`), naming it.
+    """
+    reason = refusal_reason(model)
+    if reason is not None:
+        raise UserInputError(f"head capture cannot measure {type(model).__name__} "
+                             f"({_describe_config(model.config)}): {reason}")
+    config = model.config
+    path = next(p for p in DECODER_PATHS if isinstance(getattr(_child(model, p), "layers", None), nn.ModuleList))
+    attention = _child(model, path).layers[0].self_attn
+    o_proj = next(name for name in O_PROJ_NAMES if isinstance(getattr(attention, name, None), nn.Module))
+    token = next(name for name in IMAGE_TOKEN_ATTRIBUTES if getattr(config, name, None) is not None)
+    return ModelAdapter(config.model_type, model_type=config.model_type, language_model=path, o_proj=o_proj,
+                        image_token_id=token, images=ImageInputs(derived=True, source=DERIVED_IMAGES_SOURCE))
+
 
 def _describe_config(config) -> str:
     vision_type = getattr(getattr(config, "vision_config", None), "model_type", None)
@@ -181,24 +302,20 @@ def _describe_config(config) -> str:
 
 
 def resolve_adapter(model: nn.Module) -> ModelAdapter:
-    """The adapter row for `model` (a transformers ``...ForConditionalGeneration``).
+    """The adapter of `model` (a transformers ``...ForConditionalGeneration``): its row of the
+    table (rows added with `register_adapter` first, then `ADAPTERS`), else the one derived from
+    its layout (`derive_adapter`).
 
     Raises:
-        UserInputError: the model is not one of `SUPPORTED_ARCHITECTURES`; the message lists them.
+        UserInputError: no config, or an architecture head capture cannot measure, with the reason.
     """
     config = getattr(model, "config", None)
-    if config is not None:
-        for adapter in ADAPTERS:
-            if adapter.matches(config):
-                return adapter
-    found = _describe_config(config) if config is not None else f"a {type(model).__name__} without a config"
-    supported = ", ".join(
-        f"{a.name} (model_type {a.model_type!r}" + (f" + {a.vision_model_type} vision)" if a.vision_model_type else ")")
-        for a in ADAPTERS
-    )
-    raise UserInputError(
-        f"head capture does not support {type(model).__name__} ({found}); supported architectures: {supported}"
-    )
+    if config is None:
+        raise UserInputError(f"head capture needs a transformers model; got a {type(model).__name__} without a config")
+    for adapter in (*_REGISTERED, *ADAPTERS):
+        if adapter.matches(config):
+            return adapter
+    return derive_adapter(model)
 
 
 def _path(root: nn.Module, dotted: str) -> nn.Module:
@@ -224,6 +341,13 @@ def attention_modules(model: nn.Module, adapter: ModelAdapter) -> list[nn.Module
     Each carries ``layer_idx`` (its position in the list), ``head_dim`` and ``num_key_value_groups``.
     """
     return [_path(layer, adapter.attention) for layer in decoder_layers(model, adapter)]
+
+
+def key_sources(model: nn.Module, adapter: ModelAdapter) -> list[int]:
+    """For each language-model layer, the layer whose k_proj output its keys are (length L): the
+    layer itself, or for a KV-shared layer the earlier layer whose keys it reuses (`_kv_source`)."""
+    modules = attention_modules(model, adapter)
+    return [_kv_source(modules, index, adapter.k_proj) for index in range(len(modules))]
 
 
 def projection(attention: nn.Module, adapter: ModelAdapter, which: str) -> nn.Module:

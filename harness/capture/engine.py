@@ -35,6 +35,7 @@ from .adapters import (
     attention_modules,
     decoder_layers,
     image_token_id,
+    key_sources,
     language_model,
     projection,
     resolve_adapter,
@@ -55,7 +56,11 @@ class HeadCapture:
             token span (Eq. 1: the model's own attention rows).
         pointer_eq3: [P, L, H, N] the same mass under the Eq. 3 proxy (causal in mode
             ``proxy_causal``).
-        head_output: [P, L, H, d_h] value-weighted head output entering o_proj (Eq. 4).
+        head_output: [P, L, H, d_h] value-weighted head output entering o_proj (Eq. 4); where
+            layers differ in head width (Gemma 4: 256 in sliding-window layers, 512 in global
+            ones), d_h is the widest and layer l's heads fill their first ``head_dims[l]``
+            entries, the rest zero (a linear writer probe of the padded vector is one of the
+            unpadded one).
         image_embeds: [N, d_model] mean of each image's projected visual tokens at the input of
             the first decoder layer (§5.1; Qwen3-VL DeepStack features excluded).
         answer_logits: [A] next-token logits at the last prefill position for the requested answer
@@ -65,6 +70,7 @@ class HeadCapture:
         positions: P readout position names (App. G).
         n_layers, n_heads, head_dim: L, H and d_h of the language model.
         mode: ``exact``, ``proxy`` or ``proxy_causal``.
+        head_dims: L head widths, one per layer (each d_h unless layers differ).
         needle_mass, needle_mass_eq3: [L, H] attention mass of each head at the last prefill
             position on the request's needle tokens (App. K), from the model's attention rows and
             under the Eq. 3 proxy; None for a request without a needle.
@@ -82,6 +88,7 @@ class HeadCapture:
     n_heads: int
     head_dim: int
     mode: str
+    head_dims: tuple[int, ...]
     needle_mass: torch.Tensor | None = None
     needle_mass_eq3: torch.Tensor | None = None
 
@@ -119,14 +126,20 @@ class _Recorder:
         self.modules = attention_modules(model, adapter)
         self.rows, self.span_weights, self.token_weights, self.padding = rows, span_weights, token_weights, padding
         self.heads = model.config.get_text_config().num_attention_heads
-        self.head_dim = self.modules[0].head_dim
+        self.head_dims = tuple(module.head_dim for module in self.modules)
+        self.head_dim = max(self.head_dims)
+        # Eq. 3 keys: each layer's own k_proj, or the earlier one a KV-shared layer reuses; only
+        # keys a later layer still needs outlive their own layer's proxy.
+        self.key_sources = key_sources(model, adapter)
+        self._reused = {source for layer, source in enumerate(self.key_sources) if source != layer}
         batch, points = rows.shape
         shape = (batch, points, len(self.modules), self.heads)
         self.pointer = torch.zeros(*shape, span_weights.shape[-1], device=rows.device)
         self.pointer_eq3 = torch.zeros_like(self.pointer)
         self.head_output = torch.zeros(*shape, self.head_dim, device=rows.device)
         self.image_embeds: torch.Tensor | None = None
-        self._projections: dict[int, dict[str, torch.Tensor]] = {}
+        self._queries: dict[int, torch.Tensor] = {}
+        self._keys: dict[int, torch.Tensor] = {}
 
     def _span_mass(self, probs: torch.Tensor) -> torch.Tensor:
         """[B, H, P, S] attention rows -> [B, P, H, N] mass on each image span."""
@@ -138,7 +151,8 @@ class _Recorder:
 
     def _read_head_output(self, layer: int, _module, args):
         picked = _rows_of(args[0], self.rows)
-        self.head_output[:, :, layer] = picked.reshape(*picked.shape[:2], self.heads, self.head_dim).float()
+        width = self.head_dims[layer]
+        self.head_output[:, :, layer, :, :width] = picked.reshape(*picked.shape[:2], self.heads, width).float()
 
     def _read_attention(self, module, query, key, attention_mask, kwargs):
         # Same fallbacks as the kernels: kwargs first, then the module's attributes.
@@ -156,14 +170,18 @@ class _Recorder:
         self.pointer[:, :, module.layer_idx] = self._span_mass(probs)
 
     def _read_projection(self, layer: int, which: str, _module, _args, output):
-        parts = self._projections.setdefault(layer, {})
-        batch, length = output.shape[:2]
-        parts[which] = output.reshape(batch, length, -1, self.head_dim)
-        if len(parts) == 2:
-            del self._projections[layer]
-            query_rows = _rows_of(parts["q_proj"], self.rows)
-            probs = proxy_rows(query_rows, parts["k_proj"], self.padding, self.rows, self.mode == "proxy_causal")
+        states = output.reshape(*output.shape[:2], -1, self.head_dims[layer])
+        if which == "k_proj":
+            self._keys[layer] = states
+        else:
+            self._queries[layer] = _rows_of(states, self.rows)
+        source = self.key_sources[layer]
+        if layer in self._queries and source in self._keys:
+            probs = proxy_rows(self._queries.pop(layer), self._keys[source], self.padding, self.rows,
+                               self.mode == "proxy_causal")
             self.pointer_eq3[:, :, layer] = self._span_mass(probs)
+            if source == layer and layer not in self._reused:
+                del self._keys[layer]
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[None]:
@@ -177,7 +195,7 @@ class _Recorder:
             for layer, module in enumerate(self.modules):
                 o_proj = projection(module, self.adapter, "o_proj")
                 handles.append(o_proj.register_forward_pre_hook(functools.partial(self._read_head_output, layer)))
-                for which in ("q_proj", "k_proj"):
+                for which in ("q_proj", "k_proj") if self.key_sources[layer] == layer else ("q_proj",):
                     hook = functools.partial(self._read_projection, layer, which)
                     handles.append(projection(module, self.adapter, which).register_forward_hook(hook))
             callbacks = [(module, self._read_attention) for module in self.modules]
@@ -252,6 +270,7 @@ def capture_encoded(
                 n_heads=recorder.heads,
                 head_dim=recorder.head_dim,
                 mode=mode,
+                head_dims=recorder.head_dims,
                 **needle,
             )
         )

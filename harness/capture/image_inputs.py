@@ -30,7 +30,8 @@ class ImageCall:
     """What `inputs.encode_requests` applies to every image of a batch (see `resolve_image_inputs`).
 
     Attributes:
-        side: the per-image side in pixels this call is made for.
+        side: the per-image side in pixels this call is made for (None: a derived family whose
+            processor's own input is not one square).
         transform: PIL image -> PIL image, applied to every image before the processor (a square
             ``side x side`` BICUBIC resize, or the identity).
         call_kwargs: ``images_kwargs`` of the processor call (a fresh copy per call).
@@ -40,7 +41,7 @@ class ImageCall:
             (``"BICUBIC"`` or None), ``call_kwargs``, ``lone_images``, ``source``.
     """
 
-    side: int
+    side: int | None
     transform: Callable[[Image.Image], Image.Image]
     call_kwargs: Mapping[str, Any]
     lone_images: bool
@@ -82,7 +83,9 @@ def _fill(value: Any, side: int) -> Any:
 
 
 def processor_side(processor) -> int:
-    """The image processor's own square input side in px (its ``size``: height == width).
+    """The image processor's own square input side in px (its ``size``: height == width, or a
+    lone ``shortest_edge``). A ``shortest_edge`` beside a ``longest_edge`` is no side: Qwen2-VL-style
+    processors keep pixel budgets there (min/max pixels), others bound both edges of a non-square image.
 
     Raises:
         UserInputError: the processor has no image processor, or its ``size`` is no square.
@@ -92,10 +95,10 @@ def processor_side(processor) -> int:
     if image_processor is None or size is None:
         raise UserInputError(f"{type(processor).__name__} has no image processor with a size")
     get = size.get if isinstance(size, Mapping) else lambda key: getattr(size, key, None)
-    height, width, shortest = get("height"), get("width"), get("shortest_edge")
+    height, width, shortest, longest = get("height"), get("width"), get("shortest_edge"), get("longest_edge")
     if height and width and height == width:
         return int(height)
-    if shortest and not (height or width):
+    if shortest and not (height or width or longest):
         return int(shortest)
     raise UserInputError(
         f"{type(image_processor).__name__} size {dict(size) if isinstance(size, Mapping) else size} is not "
@@ -144,6 +147,8 @@ def resolve_image_inputs(processor, adapter: ModelAdapter, side: int | None = No
     """
     spec = adapter.images
     requested = None if side is None else _user_side(side)
+    if spec.derived:
+        return _derived_inputs(processor, adapter, requested)
     fixed = None if spec.side is not None else processor_side(processor)
     if requested is not None and not spec.user_side:
         own = fixed if fixed is not None else spec.side
@@ -179,6 +184,29 @@ def resolve_image_inputs(processor, adapter: ModelAdapter, side: int | None = No
         "source": spec.source,
     }
     return ImageCall(resolved, transform, call_kwargs, spec.lone_images, record)
+
+
+def _derived_inputs(processor, adapter: ModelAdapter, requested: int | None) -> ImageCall:
+    """A family outside the table (`adapters.derive_adapter`): the processor's own input, each of
+    `adapters.TILING_SWITCHES` its image processor has turned off, images as given.
+
+    Raises:
+        UserInputError: a side was requested (the family has no protocol side to change).
+    """
+    from .adapters import TILING_SWITCHES
+
+    if requested is not None:
+        raise UserInputError(f"{adapter.name} is outside the icir-heads table: its images take the processor's own "
+                             f"input, and no other side ({requested}) can be set; leave image_budget unset")
+    image_processor = getattr(processor, "image_processor", None)
+    call_kwargs = {name: False for name in TILING_SWITCHES if getattr(image_processor, name, None) is not None}
+    try:
+        side = processor_side(processor)
+    except UserInputError:
+        side = None
+    record = {"family": adapter.name, "side": side, "side_source": "processor", "square_resize": None,
+              "call_kwargs": dict(call_kwargs), "lone_images": False, "derived": True, "source": adapter.images.source}
+    return ImageCall(side, lambda image: image, call_kwargs, False, record)
 
 
 def visual_token_counts(layouts: Sequence) -> list[list[int]]:

@@ -41,7 +41,6 @@ from harness.activation_store import ActivationStore, check_store_folder
 from harness.capture import MODES, CaptureRequest, answer_token_ids
 from harness.capture.adapters import (
     ADAPTERS,
-    SUPPORTED_ARCHITECTURES,
     image_token_id,
     resolve_adapter,
 )
@@ -82,20 +81,29 @@ def parse_readout(readout: Any) -> tuple[str, ...]:
 
 
 def check_architecture(pretrained: str, revision: str | None, trust_remote_code: bool):
-    """The model's config, read without its weights; a clear `UserInputError` when `pretrained` is no
-    supported LVLM."""
+    """The model's config, read without its weights; a clear `UserInputError` when head capture
+    cannot measure `pretrained`'s architecture: the model is built from the config on the meta
+    device (no memory, no weights) and given to `adapters.resolve_adapter`, whose refusal names
+    the architecture and the reason."""
     try:
         config = transformers.AutoConfig.from_pretrained(
             pretrained, revision=revision, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as err:
         raise UserInputError(f"cannot read a model config from {pretrained!r}: {err}") from None
-    if not any(adapter.matches(config) for adapter in ADAPTERS):
-        vision = getattr(getattr(config, "vision_config", None), "model_type", None)
-        found = f"model_type {config.model_type!r}" + (f" with a {vision!r} vision tower" if vision else "")
-        raise UserInputError(
-            f"{pretrained} is a {found}; {MODEL_NAME} captures heads of {', '.join(SUPPORTED_ARCHITECTURES)}"
-        )
+    if any(adapter.matches(config) for adapter in ADAPTERS):
+        return config
+    try:
+        with torch.device("meta"):
+            skeleton = transformers.AutoModelForImageTextToText.from_config(config, trust_remote_code=trust_remote_code)
+    except (ValueError, TypeError, KeyError):
+        raise UserInputError(f"{pretrained} is a model_type {config.model_type!r}, which transformers' "
+                             f"AutoModelForImageTextToText cannot build; {MODEL_NAME} captures the heads of "
+                             "LVLMs (docs/models.md lists the model types)") from None
+    try:
+        resolve_adapter(skeleton)
+    except UserInputError as err:
+        raise UserInputError(f"{pretrained}: {err}") from None
     return config
 
 

@@ -19,7 +19,11 @@ from icir_common import UserInputError, atomic_output_dir
 
 from .parts import TextSizes
 
-ARCHS = ("qwen3_vl", "qwen2_5_vl", "internvl", "llava_onevision", "llava_pixtral", "gemma3")
+# The families of the adapter table (the paper's image inputs), then families whose adapter is
+# derived from transformers' common layout (`harness.capture.adapters.derive_adapter`).
+TABLE_ARCHS = ("qwen3_vl", "qwen2_5_vl", "internvl", "llava_onevision", "llava_pixtral", "gemma3")
+DERIVED_ARCHS: tuple[str, ...] = ("qwen2_vl", "llava_clip", "llava_next", "mistral3", "qwen3_vl_moe", "glm4v", "idefics3", "smolvlm", "gemma4", "deepseek_vl")
+ARCHS = TABLE_ARCHS + DERIVED_ARCHS
 
 
 def _arch_module(arch: str):

@@ -12,7 +12,15 @@ each ``<start_of_image>`` to ``\\n\\n<start_of_image>`` + ``<image_soft_token>``
 
 from __future__ import annotations
 
-from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessor, Gemma3Processor
+from collections.abc import Mapping, Sequence
+
+from transformers import (
+    Gemma3Config,
+    Gemma3ForConditionalGeneration,
+    Gemma3ImageProcessor,
+    Gemma3Processor,
+    PreTrainedTokenizerFast,
+)
 
 from .parts import TextSizes, instantiate, siglip_vision_config
 from .tokenizer import train_bpe_tokenizer
@@ -68,21 +76,34 @@ DESCRIPTION = {
 }
 
 
-def build_processor() -> Gemma3Processor:
-    """Gemma 3 processor with a freshly trained tokenizer; 64x64 px images, 4 soft tokens each."""
-    tokenizer = train_bpe_tokenizer(
-        SPECIAL_TOKENS,
-        chat_template=CHAT_TEMPLATE,
+def interleaved_layer_types(num_layers: int, global_every: int) -> list[str]:
+    """Gemma's local/global interleave: every `global_every`-th layer ``full_attention``, the
+    others ``sliding_attention`` (the real checkpoints: 5 local layers per global one)."""
+    return ["full_attention" if (layer + 1) % global_every == 0 else "sliding_attention" for layer in range(num_layers)]
+
+
+def gemma_tokenizer(special_tokens: Sequence[str], chat_template: str, markers: Mapping[str, str],
+                    eos_token: str = "<eos>") -> PreTrainedTokenizerFast:
+    """`train_bpe_tokenizer` with the named tokens of Gemma tokenizers (Gemma 3, Gemma 4): ``<bos>``
+    added in front of every text, `eos_token`, ``<unk>``, ``<pad>``, and `markers` (the image
+    tokens by name, which the processor reads from the tokenizer); `special_tokens` hold them all."""
+    return train_bpe_tokenizer(
+        special_tokens,
+        chat_template=chat_template,
         bos_token="<bos>",
         add_bos=True,
-        eos_token="<eos>",
+        eos_token=eos_token,
         unk_token="<unk>",
         pad_token="<pad>",
-        extra_special_tokens=MARKERS,
+        extra_special_tokens=dict(markers),
     )
+
+
+def build_processor() -> Gemma3Processor:
+    """Gemma 3 processor with a freshly trained tokenizer; 64x64 px images, 4 soft tokens each."""
     return Gemma3Processor(
         image_processor=Gemma3ImageProcessor(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE}),
-        tokenizer=tokenizer,
+        tokenizer=gemma_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE, MARKERS),
         image_seq_length=MM_TOKENS_PER_IMAGE,
         chat_template=CHAT_TEMPLATE,
     )
@@ -91,16 +112,12 @@ def build_processor() -> Gemma3Processor:
 def build_model(processor: Gemma3Processor, sizes: TextSizes, seed: int, attn_implementation: str):
     """Random `Gemma3ForConditionalGeneration` with `sizes`; every 4th layer full attention."""
     tokenizer = processor.tokenizer
-    layer_types = [
-        "full_attention" if (layer + 1) % GLOBAL_LAYER_EVERY == 0 else "sliding_attention"
-        for layer in range(sizes.num_hidden_layers)
-    ]
     config = Gemma3Config(
         text_config=sizes.text_config(
             tokenizer,
             query_pre_attn_scalar=sizes.head_dim,
             sliding_window=SLIDING_WINDOW,
-            layer_types=layer_types,
+            layer_types=interleaved_layer_types(sizes.num_hidden_layers, GLOBAL_LAYER_EVERY),
             rope_parameters={
                 "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},

@@ -75,10 +75,7 @@ def build_model(processor: LlavaOnevisionProcessor, sizes: TextSizes, seed: int,
     """Random `LlavaOnevisionForConditionalGeneration` (SigLIP + Qwen2) with `sizes`."""
     tokenizer = processor.tokenizer
     config = LlavaOnevisionConfig(
-        text_config={
-            "model_type": "qwen2",
-            **sizes.text_config(tokenizer, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}),
-        },
+        text_config=sizes.typed_text_config("qwen2", tokenizer, rope_theta=1_000_000.0),
         vision_config=siglip_vision_config(TILE_SIZE, PATCH_SIZE),
         image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         video_token_index=tokenizer.convert_tokens_to_ids("<video>"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from transformers import LlavaConfig, LlavaForConditionalGeneration, PixtralImageProcessor, PixtralProcessor
 
 from .parts import TextSizes, instantiate
-from .tokenizer import train_bpe_tokenizer
+from .tokenizer import llama_style_tokenizer
 
 IMAGE_TOKEN = "[IMG]"
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>", "[INST]", "[/INST]", IMAGE_TOKEN, "[IMG_BREAK]", "[IMG_END]")
@@ -65,17 +65,10 @@ DESCRIPTION = {
 }
 
 
-def build_processor() -> PixtralProcessor:
-    """Pixtral processor with a freshly trained tokenizer; images fit in 64x64 px (16-px patches)."""
-    tokenizer = train_bpe_tokenizer(
-        SPECIAL_TOKENS,
-        chat_template=CHAT_TEMPLATE,
-        bos_token="<s>",
-        add_bos=True,
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-    )
+def build_processor(spatial_merge_size: int = 1) -> PixtralProcessor:
+    """Pixtral processor with a freshly trained tokenizer; images fit in 64x64 px (16-px patches),
+    one ``[IMG]`` per `spatial_merge_size` x `spatial_merge_size` patches (Mistral 3 merges 2x2)."""
+    tokenizer = llama_style_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE)
     image_processor = PixtralImageProcessor(
         size={"longest_edge": MAX_IMAGE_SIZE}, patch_size={"height": PATCH_SIZE, "width": PATCH_SIZE}
     )
@@ -83,15 +76,17 @@ def build_processor() -> PixtralProcessor:
         image_processor=image_processor,
         tokenizer=tokenizer,
         patch_size=PATCH_SIZE,
-        spatial_merge_size=1,
+        spatial_merge_size=spatial_merge_size,
         chat_template=CHAT_TEMPLATE,
     )
 
 
-def build_model(processor: PixtralProcessor, sizes: TextSizes, seed: int, attn_implementation: str):
-    """Random `LlavaForConditionalGeneration` (Pixtral vision + Mistral text) with `sizes`."""
-    tokenizer = processor.tokenizer
-    config = LlavaConfig(
+def pixtral_config(config_class: type, tokenizer, sizes: TextSizes, **extra):
+    """`config_class` (`LlavaConfig`, `Mistral3Config`) of a Mistral language model with `sizes`
+    (RoPE theta 1e9, no sliding window, as Pixtral-12B and Mistral Small 3.1) and a tiny Pixtral
+    vision encoder (2 layers of width 32, 2 heads, images up to 64 px a side in 16-px patches),
+    features of its last layer; plus `extra`."""
+    return config_class(
         text_config={
             "model_type": "mistral",
             **sizes.text_config(
@@ -109,7 +104,13 @@ def build_model(processor: PixtralProcessor, sizes: TextSizes, seed: int, attn_i
         },
         image_token_index=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         vision_feature_layer=-1,
-        vision_feature_select_strategy="full",
-        projector_hidden_act="gelu",
+        **extra,
+    )
+
+
+def build_model(processor: PixtralProcessor, sizes: TextSizes, seed: int, attn_implementation: str):
+    """Random `LlavaForConditionalGeneration` (Pixtral vision + Mistral text) with `sizes`."""
+    config = pixtral_config(
+        LlavaConfig, processor.tokenizer, sizes, vision_feature_select_strategy="full", projector_hidden_act="gelu"
     )
     return instantiate(LlavaForConditionalGeneration, config, seed, attn_implementation)

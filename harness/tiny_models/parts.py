@@ -75,6 +75,12 @@ class TextSizes:
             **extra,
         }
 
+    def typed_text_config(self, model_type: str, tokenizer, rope_theta: float) -> dict:
+        """`text_config` of the text model `model_type` (e.g. "llama", "qwen2"), as a sub-config
+        dict naming its type, with plain RoPE of base `rope_theta`."""
+        rope = {"rope_type": "default", "rope_theta": rope_theta}
+        return {"model_type": model_type, **self.text_config(tokenizer, rope_parameters=rope)}
+
 
 def instantiate(model_class: type[PreTrainedModel], config, seed: int, attn_implementation: str):
     """Randomly initialise `model_class(config)` after ``torch.manual_seed(seed)``.

@@ -21,13 +21,14 @@ from .qwen3_vl import (
     IMAGE_TOKEN,
     MERGE_SIZE,
     VISION_MARKUP,
-    mrope_section,
+    mrope_text_config,
     qwen_processor,
     qwen_token_ids,
     qwen_vision_config,
 )
 
 PATCH_SIZE = 14
+CHAT_TEMPLATE = chatml_template(VISION_MARKUP, default_system="You are a helpful assistant.")
 
 DESCRIPTION = {
     "model_class": "Qwen2_5_VLForConditionalGeneration",
@@ -47,31 +48,28 @@ DESCRIPTION = {
 
 def build_processor() -> Qwen2_5_VLProcessor:
     """Qwen2.5-VL processor with a freshly trained tokenizer; images capped at 56x56 px (4 tokens)."""
-    template = chatml_template(VISION_MARKUP, default_system="You are a helpful assistant.")
-    return qwen_processor(Qwen2_5_VLProcessor, Qwen2VLVideoProcessor, PATCH_SIZE, template)
+    return qwen_processor(Qwen2_5_VLProcessor, Qwen2VLVideoProcessor, PATCH_SIZE, CHAT_TEMPLATE)
+
+
+def qwen2_text_config(arch: str, processor, sizes: TextSizes) -> dict:
+    """Text-config keyword arguments of Qwen2-VL / Qwen2.5-VL (`arch`): M-RoPE 16:24:24 of base 1e6.
+
+    Raises:
+        UserInputError: ``hidden_size != num_attention_heads * head_dim`` (their text attention
+            derives head_dim from them).
+    """
+    sizes.require_hidden_size_from_heads(arch)
+    return mrope_text_config(processor, sizes, 1_000_000.0, spatial_share=24)
 
 
 def build_model(processor: Qwen2_5_VLProcessor, sizes: TextSizes, seed: int, attn_implementation: str):
-    """Random `Qwen2_5_VLForConditionalGeneration` with `sizes` and the processor's token ids.
-
-    Raises:
-        UserInputError: ``hidden_size != num_attention_heads * head_dim`` (Qwen2.5-VL's text
-            attention derives head_dim from them).
-    """
-    sizes.require_hidden_size_from_heads("qwen2_5_vl")
-    tokenizer = processor.tokenizer
+    """Random `Qwen2_5_VLForConditionalGeneration` with `sizes` and the processor's token ids
+    (`UserInputError` as `qwen2_text_config` raises it)."""
     config = Qwen2_5_VLConfig(
-        text_config=sizes.text_config(
-            tokenizer,
-            rope_parameters={
-                "rope_type": "default",
-                "rope_theta": 1_000_000.0,
-                "mrope_section": mrope_section(sizes.head_dim, spatial_share=24),
-            },
-        ),
+        text_config=qwen2_text_config("qwen2_5_vl", processor, sizes),
         vision_config=qwen_vision_config(
             PATCH_SIZE, sizes.hidden_size, window_size=2 * PATCH_SIZE * MERGE_SIZE, fullatt_block_indexes=[1]
         ),
-        **qwen_token_ids(tokenizer),
+        **qwen_token_ids(processor.tokenizer),
     )
     return instantiate(Qwen2_5_VLForConditionalGeneration, config, seed, attn_implementation)

@@ -63,6 +63,24 @@ def mrope_section(head_dim: int, spatial_share: int) -> list[int]:
     return [half - 2 * spatial, spatial, spatial]
 
 
+
+def mrope_text_config(processor, sizes: TextSizes, rope_theta: float, spatial_share: int,
+                      rotary_dim: int | None = None, **rope_extra) -> dict:
+    """Text-config keyword arguments of a decoder with (non-interleaved) M-RoPE: `sizes`, the ids of
+    `processor`'s tokenizer, RoPE base `rope_theta`, `mrope_section` of the `rotary_dim` rotated
+    dimensions of a head (all of ``head_dim`` by default) with `spatial_share`, and `rope_extra`
+    further RoPE parameters (Qwen2-VL and Qwen2.5-VL 1e6, 16:24:24; GLM-4.1V 1e4, 8:12:12 over
+    half of each head)."""
+    return sizes.text_config(
+        processor.tokenizer,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": rope_theta,
+            "mrope_section": mrope_section(rotary_dim or sizes.head_dim, spatial_share),
+            **rope_extra,
+        },
+    )
+
 def qwen_tokenizer(chat_template: str):
     """Qwen2/Qwen3-family tokenizer: Qwen's vision special tokens, eos <|im_end|>, pad <|endoftext|>."""
     return train_bpe_tokenizer(
@@ -127,14 +145,19 @@ def build_processor() -> Qwen3VLProcessor:
     return qwen_processor(Qwen3VLProcessor, Qwen3VLVideoProcessor, PATCH_SIZE, chatml_template(VISION_MARKUP))
 
 
-def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int, attn_implementation: str,
-                rope_theta: float = 5_000_000.0, rope_scaling: Mapping[str, object] | None = None):
-    """Random `Qwen3VLForConditionalGeneration` with `sizes` and the processor's token ids
-    (`rope_theta`: the text RoPE base, Qwen3-VL's 5e6 by default; `rope_scaling`: a transformers
-    ``rope_type`` and its parameters, e.g. ``{"rope_type": "llama3", "factor": 8.0, ...}``, plain
-    RoPE by default)."""
+def qwen3_vl_config(config_class, processor, sizes: TextSizes, rope_theta: float = 5_000_000.0,
+                    rope_scaling: Mapping[str, object] | None = None, **text_extra):
+    """A `config_class` (Qwen3-VL or Qwen3-VL-MoE) with `sizes`, the processor's token ids, the
+    tiny Qwen vision tower (DeepStack into decoder layer 0) and interleaved M-RoPE 24:20:20.
+
+    Args:
+        rope_theta: the text RoPE base (Qwen3-VL's 5e6 by default).
+        rope_scaling: a transformers ``rope_type`` and its parameters, e.g. ``{"rope_type":
+            "llama3", "factor": 8.0, ...}``; plain RoPE by default.
+        **text_extra: further text-config keys (e.g. the MoE sizes).
+    """
     tokenizer = processor.tokenizer
-    config = Qwen3VLConfig(
+    return config_class(
         text_config=sizes.text_config(
             tokenizer,
             rope_parameters={
@@ -144,10 +167,18 @@ def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int, attn_i
                 "mrope_section": mrope_section(sizes.head_dim, spatial_share=20),
                 "mrope_interleaved": True,
             },
+            **text_extra,
         ),
         vision_config=qwen_vision_config(
             PATCH_SIZE, sizes.hidden_size, num_position_embeddings=16, deepstack_visual_indexes=[0]
         ),
         **qwen_token_ids(tokenizer),
     )
+
+
+def build_model(processor: Qwen3VLProcessor, sizes: TextSizes, seed: int, attn_implementation: str,
+                rope_theta: float = 5_000_000.0, rope_scaling: Mapping[str, object] | None = None):
+    """Random `Qwen3VLForConditionalGeneration` with `sizes` and the processor's token ids
+    (`rope_theta`, `rope_scaling`: as `qwen3_vl_config` takes them)."""
+    config = qwen3_vl_config(Qwen3VLConfig, processor, sizes, rope_theta, rope_scaling)
     return instantiate(Qwen3VLForConditionalGeneration, config, seed, attn_implementation)

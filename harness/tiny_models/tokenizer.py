@@ -126,3 +126,18 @@ def train_bpe_tokenizer(
         chat_template=chat_template,
         **special_token_attributes,
     )
+
+
+def llama_style_tokenizer(special_tokens: Sequence[str], chat_template: str) -> PreTrainedTokenizerFast:
+    """`train_bpe_tokenizer` with the named tokens of Llama and Mistral tokenizers (LLaVA-1.5,
+    LLaVA-NeXT, Pixtral, Mistral 3): ``<s>`` added in front of every text, ``</s>``, ``<unk>``,
+    ``<pad>``; `special_tokens` must hold all four."""
+    return train_bpe_tokenizer(
+        special_tokens,
+        chat_template=chat_template,
+        bos_token="<s>",
+        add_bos=True,
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+    )
