@@ -16,8 +16,13 @@ def rows():
     return support_rows()
 
 
-def test_the_committed_page_is_the_generated_one(rows):
+def test_the_committed_page_is_the_generated_one(rows, monkeypatch):
+    """README's command, ``python -m harness.capture.model_support`` (its --check), on these rows."""
+    from harness.capture import model_support
+
     assert DOC.read_text() == render(rows), "docs/models.md is stale: run python -m harness.capture.model_support"
+    monkeypatch.setattr(model_support, "support_rows", lambda: rows)
+    assert model_support.main(["--check"]) == 0
 
 
 def test_every_model_type_has_a_status_and_every_refusal_a_reason(rows):

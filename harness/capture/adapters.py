@@ -262,7 +262,7 @@ def refusal_reason(model: nn.Module) -> str | None:
         if not any(isinstance(getattr(attention, name, None), nn.Module) for name in O_PROJ_NAMES):
             return f"an attention output projection named other than {' or '.join(O_PROJ_NAMES)}"
         projections = [getattr(attention, name) for name in own]
-        projections.append(next(getattr(attention, n) for n in O_PROJ_NAMES if isinstance(getattr(attention, n, None), nn.Module)))
+        projections += [getattr(attention, n) for n in O_PROJ_NAMES if isinstance(getattr(attention, n, None), nn.Module)][:1]
         if not all(isinstance(module, nn.Linear) for module in projections):
             kinds = sorted({type(module).__name__ for module in projections if not isinstance(module, nn.Linear)})
             return f"attention projections that are not linear layers ({', '.join(kinds)}; not handled yet)"
