@@ -63,16 +63,17 @@ def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
-def read_json(path: str | os.PathLike) -> Any:
+def read_json(path: str | os.PathLike, remedy: str | None = None) -> Any:
     """The JSON document at `path` (UTF-8).
 
     Raises:
-        UserInputError: an unreadable file or one that is not JSON, naming the file.
+        UserInputError: an unreadable file or one that is not JSON, naming the file (and, given,
+            the `remedy`: what the user should do about it).
     """
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserInputError(f"cannot read {path}: {err}") from None
+        raise UserInputError(f"cannot read {path}: {err}" + (f"; {remedy}" if remedy else "")) from None
 
 
 def write_json(path: str | os.PathLike, obj: Any, *, sort_keys: bool = False) -> None:

@@ -41,7 +41,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from harness.constants import STORE_FLUSH
-from icir_common import UserInputError, atomic_file, write_json
+from icir_common import UserInputError, atomic_file, read_json, write_json
 
 SETTINGS_FILE = "capture_settings.json"
 _SHARD_RE = re.compile(r"^r(\d+)-(\d+)\.safetensors$")
@@ -58,18 +58,12 @@ def read_capture_settings(root: str | os.PathLike) -> dict[str, Any] | None:
     path = Path(root) / SETTINGS_FILE
     if not path.is_file():
         return None
-    try:
-        settings = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        problem = f"cannot be read as JSON ({err})"
-    else:
-        if isinstance(settings, dict):
-            return settings
-        problem = f"holds a JSON {type(settings).__name__}, not an object"
-    raise UserInputError(
-        f"activation store settings file {path} {problem}: it was cut short or edited, so the captures beside it "
-        f"cannot be matched to their settings; delete the store folder {path.parent} or pass another store=DIR"
-    )
+    remedy = (f"the store's settings file was cut short or edited, so the captures beside it cannot be matched to "
+              f"their settings: delete the store folder {path.parent} or pass another store=DIR")
+    settings = read_json(path, remedy)
+    if not isinstance(settings, dict):
+        raise UserInputError(f"{path} holds a JSON {type(settings).__name__}, not an object; {remedy}")
+    return settings
 
 
 def check_store_folder(root: str | os.PathLike) -> None:

@@ -456,7 +456,7 @@ def dataset_summary(part: TaskDocs) -> dict:
     }
 
 
-def _units(tasks: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], set[str]]:
+def run_units(tasks: Sequence[str]) -> tuple[dict[str, tuple[str, ...]], set[str]]:
     """``({unit name: its tasks}, names of the units that fit writer probes)`` for a run's tasks."""
     units = {task: (task,) for task in tasks}
     fitting = set(tasks)
@@ -480,7 +480,7 @@ def analyse_run(spec: RunSpec, positions: tuple[str, ...], settings: Mapping[str
             fit the model, no task with head captures.
     """
     store = ActivationStore(spec.store, settings, read_only=True)
-    units, fitting = _units(list(spec.tasks))
+    units, fitting = run_units(list(spec.tasks))
     needs_heads = {t for name in fitting for t in units[name]} | (set(spec.tasks) if spec.writer_probes else set())
     parts = {task: load_task_docs(store, task, n, task in needs_heads) for task, n in spec.tasks.items()}
     analyses, documents = {}, {}

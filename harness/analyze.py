@@ -25,7 +25,7 @@ from typing import Any
 
 from harness import activation_store
 from harness.activation_store import SETTINGS_FILE
-from harness.analysis import HeadAnalysis, RunAnalysis, RunSpec, analyse_run
+from harness.analysis import HeadAnalysis, RunAnalysis, RunSpec, analyse_run, run_units
 from harness.artifacts import pointer_values, summary, write_artifacts, write_text_artifacts
 from harness.constants import (
     POINTER_INDEX_METRICS,
@@ -222,13 +222,6 @@ def _arguments_facts(results: dict, model_args: dict[str, Any]) -> dict[str, Any
     return {key: facts[key] for key in ARGUMENT_FACTS if facts.get(key) is not None}
 
 
-def _unit_names(tasks: list[str]) -> list[str]:
-    """The artifact folders a run of `tasks` writes: one per task, one per pooled group it completes."""
-    from harness.constants import POOLED_GROUPS
-
-    return tasks + [group for group, members in POOLED_GROUPS.items() if all(t in tasks for t in members)]
-
-
 def recorded_facts(results: dict, model_args: dict[str, Any], results_file: Path, artifacts_dir: Path | None,
                    overwrite: bool) -> list[tuple[str, dict[str, Any]]]:
     """``[(source, facts)]``: what the run's protocol record says about its store (`store_facts`).
@@ -245,7 +238,7 @@ def recorded_facts(results: dict, model_args: dict[str, Any], results_file: Path
     if isinstance(record, dict):
         sources.append((f"{results_file} (icir.protocol)", store_facts(record)))
     elif artifacts_dir is not None and not overwrite:
-        for name in _unit_names(sorted(results.get("n-samples", {}))):
+        for name in run_units(sorted(results.get("n-samples", {})))[0]:
             try:
                 unit = json.loads((Path(artifacts_dir) / name / PROTOCOL_FILE).read_text())
             except (OSError, ValueError):

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.constants import MODEL_NAME
-from icir_common import UserInputError
+from icir_common import UserInputError, read_json
 
 if TYPE_CHECKING:
     from harness.analyze import StagedAnalysis
@@ -202,11 +202,8 @@ def _read_results(path: Path) -> dict:
     Raises:
         UserInputError: not JSON (cut or edited) or no lm-eval results JSON, naming the file.
     """
-    try:
-        results = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise UserInputError(f"{path} does not read as JSON ({err}): the results file was cut or edited; restore "
-                             f"it, or move it out of the run folder and rerun icir eval") from None
+    results = read_json(path, "the results file was cut or edited: restore it, or move it out of the run folder "
+                              "and rerun icir eval")
     if not isinstance(results, dict) or not isinstance(results.get("results"), dict):
         raise UserInputError(f"{path} is no lm-eval results JSON (no results section); move it out of the run folder")
     return results
