@@ -10,17 +10,21 @@ an import cycle (`tests/test_layering.py` walks the imports):
 - `IMAGE_PLACEHOLDER`: the literal that marks an image in every stored prompt.
 - `head_name` / `parse_head_name` / `all_head_names` / `flat_head_name`: heads named ``LxxHyy``
   (0-based layer and head, two digits each; docs/protocol.md), and flat indices ``l * H + h``.
+- `lazy_exports`: a package's public names imported from its submodules on first use, so that
+  commands which need none of its heavy submodules (``icir --help``) do not import them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import re
 import shutil
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -332,3 +336,21 @@ def parse_head_name(name: str) -> tuple[int, int]:
 def all_head_names(n_layers: int, n_heads: int) -> list[str]:
     """Every head name in row-major ``[L, H]`` order (the flattening used for per-head grids)."""
     return [head_name(layer, head) for layer in range(n_layers) for head in range(n_heads)]
+
+
+def lazy_exports(package: str, sources: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for the package `package` (PEP 562): each name of `sources`
+    (``{name: submodule}``) is imported from ``package.submodule`` when first read, then kept in
+    the package's namespace. Use as ``__getattr__, __dir__ = lazy_exports(__name__, SOURCES)``."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in sources:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{sources[name]}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *sources})
+
+    return __getattr__, __dir__

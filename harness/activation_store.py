@@ -34,14 +34,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from harness.constants import STORE_FLUSH
 from icir_common import UserInputError, atomic_file, read_json, write_json
+
+if TYPE_CHECKING:
+    import torch
 
 SETTINGS_FILE = "capture_settings.json"
 _SHARD_RE = re.compile(r"^r(\d+)-(\d+)\.safetensors$")
@@ -279,6 +280,8 @@ class ActivationStore:
 
     def flush(self) -> None:
         """Write every buffered document: one new shard per task, renamed into place when whole."""
+        from safetensors.torch import save_file  # imports torch, which `file_sha256` and the settings do not need
+
         for task, docs in sorted(self._buffer.items()):
             if not docs:
                 continue

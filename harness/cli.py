@@ -21,7 +21,7 @@ SUBCOMMAND_MODULES = (
     "harness.ablation.cli",
     "harness.retrievers.cli",
     "harness.leaderboard.cli",
-    "harness.hub.publish",
+    "harness.hub.cli",
 )
 
 

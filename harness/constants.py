@@ -91,3 +91,5 @@ STORE_FLUSH = 16
 # Folder names inside a run folder ``OUTPUT/<model name>/``.
 ARTIFACTS_FOLDER = "icir_artifacts"
 STORE_FOLDER = "activations"
+# The settings file of a writer probes folder (`harness.metrics.probes.WriterProbes.save`).
+WRITER_PROBES_SETTINGS = "writer_probes.json"

@@ -197,10 +197,9 @@ def check_arguments(model_args: dict[str, Any], output_path, limit) -> None:
         raise UserInputError(f"image_budget must be a positive side in pixels, got {side}")
     check_load_arguments(model_args)
     WriterProbeConfig.from_arguments(model_args)
-    config = check_architecture(str(model_args["pretrained"]), model_args.get("revision"),
-                                bool(model_args.get("trust_remote_code", False)))
-    text = config.get_text_config()
-    shape = int(text.num_hidden_layers), int(text.num_attention_heads)
+    _, shape = check_architecture(str(model_args["pretrained"]), model_args.get("revision"),
+                                  bool(model_args.get("trust_remote_code", False)),
+                                  str(model_args.get("untested_architecture", False)).lower() in ("true", "1"))
     if model_args.get("heads_ranking"):
         load_head_ranking(model_args["heads_ranking"], *shape)
     if model_args.get("writer_probes"):
@@ -248,7 +247,7 @@ def evaluate(
     """
     import lm_eval
 
-    import harness.lm_eval_plugin  # noqa: F401  (registers the model with lm-eval)
+    import harness.lm_eval_plugin.model  # noqa: F401  (registers the model with lm-eval)
     from harness.analyze import analyze_results
     from harness.tasks.utils import check_data_folders
 

@@ -23,12 +23,14 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.constants import VOTE_KS
-from harness.metrics.writer import WriterProbeConfig
 from harness.model_names import model_name
 from icir_common import UserInputError
+
+if TYPE_CHECKING:
+    from harness.metrics.writer import WriterProbeConfig
 
 PROTOCOL = "icir-heads/2"
 PROTOCOL_FILE = "protocol.json"
@@ -143,19 +145,27 @@ def merged_token_summary(summaries: Sequence[Mapping[str, float] | None]) -> dic
 
 
 def architecture_shape(model: Any) -> dict[str, Any]:
-    """``{"architecture", "layers", "heads", "hidden_size"}`` of a loaded transformers model: the
-    identity its capture settings record and `protocol_writer_config` decides from.
+    """``{"architecture", "layers", "heads", "hidden_size", "attention_layers"}`` of a loaded
+    transformers model: the identity its capture settings record and `protocol_writer_config`
+    decides from.
 
     ``architecture`` is the config's first ``architectures`` entry (a Hub or local checkpoint's),
-    else the model's class name (a model built from a config); the rest are its language model's
-    (``get_text_config()``) layers, attention heads per layer and hidden size.
+    else the model's class name (a model built from a config); ``heads`` and ``hidden_size`` are
+    its language model's (``get_text_config()``); ``layers`` is the number of attention layers the
+    capture's grid holds and ``attention_layers`` their model layer numbers
+    (`harness.capture.adapters.attention_layers`: all layers but a hybrid decoder's linear-attention
+    ones), so grid row l of a head ``LxxHyy`` is model layer ``attention_layers[l]``.
     """
+    from harness.capture.adapters import attention_layers, resolve_adapter
+
     text = model.config.get_text_config()
+    layers = attention_layers(model, resolve_adapter(model))
     return {
         "architecture": (getattr(model.config, "architectures", None) or [type(model).__name__])[0],
-        "layers": int(text.num_hidden_layers),
+        "layers": len(layers),
         "heads": int(text.num_attention_heads),
         "hidden_size": int(text.hidden_size),
+        "attention_layers": layers,
     }
 
 
@@ -177,6 +187,8 @@ def protocol_writer_config(shape: Mapping[str, Any]) -> tuple[WriterProbeConfig,
             hidden size (a store captured before ``hidden_size`` was recorded), so Qwen3-VL-8B
             cannot be told from Qwen3-VL-4B.
     """
+    from harness.metrics.writer import WriterProbeConfig  # needs torch, which the rest of this module does not
+
     identity = {key: shape.get(key) for key in QWEN3_VL_8B_SHAPE}
     like_8b = all(identity[key] == QWEN3_VL_8B_SHAPE[key] for key in ("architecture", "layers", "heads"))
     if identity["hidden_size"] is None and like_8b:
@@ -202,6 +214,8 @@ def analysis_writer_config(model_args: Mapping[str, Any], capture: Mapping[str, 
     Raises:
         UserInputError: see `protocol_writer_config` and `WriterProbeConfig.from_arguments`.
     """
+    from harness.metrics.writer import WriterProbeConfig
+
     return WriterProbeConfig.from_arguments(model_args, protocol_writer_config(capture)[0])
 
 
@@ -248,6 +262,9 @@ def deviations(settings: Mapping[str, Any]) -> list[str]:
     if images.get("derived"):
         found.append(f"image inputs of the {images.get('family')} family: its processor's defaults, tiling off "
                      f"(protocol: a family's own input of the icir-heads table, App. A, App. J.1)")
+    if images.get("conformance_tested") is False:
+        found.append(f"model type {images.get('family')} is not conformance-tested (untested_architecture=true; "
+                     f"protocol: a model type docs/models.md lists as supported)")
     if images.get("side_source") in ("user", "model"):
         found.append(f"image side {images.get('side')} px set by the {images['side_source']} "
                      f"(protocol: the {images.get('family')} family's own)")
@@ -289,6 +306,7 @@ def protocol_record(capture: Mapping[str, Any], model_args: Mapping[str, Any], r
             "dtype": capture.get("dtype"),
             "attn_implementation": capture.get("attn_implementation"),
             "n_layers": capture.get("layers"),
+            "attention_layers": capture.get("attention_layers"),
             "n_heads": capture.get("heads"),
             "hidden_size": capture.get("hidden_size"),
             "architecture": capture.get("architecture"),

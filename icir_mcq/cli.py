@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from icir_mcq.build import build_icir_mcq
 from icir_mcq.sampling import PASSAGE_RULES
-from icir_mcq.validate import validate_icir_mcq
 
 MAX_PRINTED_VIOLATIONS = 50
 
@@ -32,6 +30,8 @@ def print_build_summary(summary) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from icir_mcq.build import build_icir_mcq
+
     summary = build_icir_mcq(
         args.coco, args.mmniah, args.out, seed=args.seed, configs=args.configs, samples=args.samples,
         embed_images=not args.no_embed_images, max_passage_chars=args.max_passage_chars,
@@ -51,6 +51,8 @@ def _build_needle(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from icir_mcq.validate import validate_icir_mcq
+
     violations = validate_icir_mcq(args.folder, args.coco, args.mmniah)
     for violation in violations[:MAX_PRINTED_VIOLATIONS]:
         print(violation)

@@ -29,15 +29,17 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 from icir_common import UserInputError
-from icir_mcq.coco_index import CocoIndex
 from icir_mcq.mentions import category_pattern
 from icir_mcq.mmniah import Context, truncate_passage
 from icir_mcq.prompt import LETTERS, cattok_char_span, render_mcq_prompt
+
+if TYPE_CHECKING:
+    from icir_mcq.coco_index import CocoIndex
 
 MIN_CAPTIONED_IMAGES = 4  # the target and three option images
 PASSAGE_RULES = ("fixed", "category_free")  # module docstring; the first is the paper's (§3.2)
@@ -298,6 +300,8 @@ class ConfigSampler:
             UserInputError: the captions of the drawn categories are too repetitive to give four
                 distinct options for ``_MAX_DRAWS`` targets in a row.
         """
+        from tqdm import tqdm  # imported here: ``icir build-mcq --help`` reads only `PASSAGE_RULES`
+
         positions = self.rng.permutation(np.repeat(np.arange(self.n), samples // self.n)).tolist()
         letters = self.rng.permutation(np.repeat(np.arange(len(LETTERS)), samples // len(LETTERS))).tolist()
         eval_rows = set(self.rng.choice(samples, samples // EVAL_DIVISOR, replace=False).tolist())

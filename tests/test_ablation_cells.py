@@ -18,7 +18,7 @@ from harness.ablation.cells import can_share_prefix, full_forward_cells, prefix_
 from harness.capture.ablation import ablate_heads
 from harness.capture.adapters import image_token_id, language_model, resolve_adapter
 from harness.capture.inputs import CaptureRequest, encode_requests
-from harness.ablation.cells import _suffix_positions
+from harness.ablation.cells import _repeated, _suffix_positions
 from harness.ablation.shared_prefix import shared_prefix, shared_prefix_supported
 from harness.lm_eval_plugin.generation import GreedySettings
 from harness.tiny_models import ARCHS, build_tiny, random_images
@@ -87,8 +87,7 @@ def _suffix_logits(model, inputs, start, rows, share):
             language_model(model, resolve_adapter(model)), cache)
         positions = torch.arange(start, length)[None].expand(len(rows), -1) if positions is None else positions
     else:
-        cache.batch_repeat_interleave(len(rows))
-        own, routing = cache, contextlib.nullcontext()
+        own, routing = _repeated(cache, len(rows)), contextlib.nullcontext()
     suffix = inputs["input_ids"][:, start:].expand(len(rows), -1)
     with routing, ablate_heads(model, rows, (0, None), per_row=True):
         mask = torch.ones(len(rows), length - (start if share else 0), dtype=torch.long)
@@ -100,7 +99,7 @@ def _suffix_logits(model, inputs, start, rows, share):
 def test_suffix_logits_match_to_1e5(setup, share, kernel):
     model, _, inputs, layout = setup
     if share and shared_prefix_supported(language_model(model, resolve_adapter(model))) is not None:
-        pytest.skip("sliding-window attention: cells repeat the prefix cache instead")
+        pytest.skip("sliding-window attention or a hybrid decoder: cells repeat the prefix cache instead")
     start = layout.cattok
     rows = [list(h) for h in CELLS]
     logits = _suffix_logits(model, inputs, start, rows, share)
@@ -111,7 +110,12 @@ def test_suffix_logits_match_to_1e5(setup, share, kernel):
 def test_which_architectures_share_the_prefix_kernel():
     routed = {arch: shared_prefix_supported(language_model(m, resolve_adapter(m)))
               for arch in ARCHS for m in [build_tiny(arch, seed=1)[0]]}
-    assert routed == {**dict.fromkeys(ARCHS), **dict.fromkeys(("gemma3", "gemma4"), "sliding-window attention")}
+    sliding = ("gemma3", "gemma4", "gemma4_unified", "cohere2_vision", "exaone4_5", "muse_glimmer", "muse_spark",
+               "lfm3_vl")
+    assert routed == {**dict.fromkeys(ARCHS), **dict.fromkeys(sliding, "sliding-window attention"),
+                      **dict.fromkeys(("qwen3_5", "qwen3_5_moe", "lfm2_vl"), "a hybrid decoder: its cache holds "
+                                      "recurrent states besides keys"),
+                      "kimi_k25": "latent attention: the cache holds compressed latents, not per-head keys"}
 
 
 def test_images_after_the_ablation_start_need_full_forwards(setup):

@@ -21,7 +21,8 @@ from harness.capture import (
     capture_heads,
     capture_heads_batch,
 )
-from harness.capture.adapters import attention_modules, key_sources, language_model, resolve_adapter
+from harness.capture.adapters import (attention_modules, decoder_layers, key_sources, language_model, projection,
+                                      resolve_adapter)
 from harness.capture.inputs import encode_requests
 from harness.tiny_models import ARCHS, build_tiny, random_images
 from icir_common import UserInputError
@@ -38,6 +39,7 @@ TOLERANCE = 1e-5
 # (tiny Gemma 4, seed 1, last layer: 2.4e-5), so its batched and lone head outputs are compared at
 # 1e-4; every other family and field keeps TOLERANCE.
 ACTIVATION_TOLERANCE = 1e-4
+GEMMA4_HEAD_OUTPUTS = {("gemma4", "head_output"), ("gemma4_unified", "head_output")}
 
 
 def test_every_tiny_architecture_has_an_adapter():
@@ -84,8 +86,8 @@ def _hooked_forward(model, inputs, modules_by_name):
     for name, (module, kind) in modules_by_name.items():
         if kind == "pre":
             handles.append(module.register_forward_pre_hook(lambda m, a, n=name: seen[n].append(a[0].detach())))
-        elif kind == "pre_kwargs":
-            hook = lambda m, a, kw, n=name: seen[n].append(kw["inputs_embeds"].detach())  # noqa: E731
+        elif kind == "pre_hidden":
+            hook = lambda m, a, kw, n=name: seen[n].append((a[0] if a else kw["hidden_states"]).detach())  # noqa: E731
             handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
         else:
             handles.append(module.register_forward_hook(lambda m, a, o, n=name: seen[n].append(o.detach())))
@@ -133,11 +135,14 @@ def test_head_output_image_embeds_and_answer_logits_match_own_hooks(arch_setup):
     adapter = resolve_adapter(model)
     modules = attention_modules(model, adapter)
     inputs = _encode(model, processor, PROMPT, images, QUERY)
-    watched = {f"o{l}": (m.o_proj, "pre") for l, m in enumerate(modules)}
-    watched["lm"] = (language_model(model, adapter), "pre_kwargs")
+    watched = {f"o{l}": (projection(m, adapter, "o_proj"), "pre") for l, m in enumerate(modules)}  # o_proj / out_proj
+    # §5.1: the input of decoder layer 0, after any embedding multiplier the language model applies
+    watched["lm"] = (decoder_layers(model, adapter)[0], "pre_hidden")
     seen, logits = _hooked_forward(model, inputs, watched)
     rows = capture.readout_indices
-    assert capture.head_dims == tuple(m.head_dim for m in modules) and capture.head_dim == max(capture.head_dims)
+    # each head's slice of the o_proj input: v_head_dim wide in latent attention, else head_dim
+    widths = tuple(getattr(m, "v_head_dim", None) or m.head_dim for m in modules)
+    assert capture.head_dims == widths and capture.head_dim == max(capture.head_dims)
     for layer, d_h in enumerate(capture.head_dims):
         o_in = seen[f"o{layer}"][0][0, rows]  # [P, H * d_h]
         head_output = capture.head_output[:, layer]
@@ -154,6 +159,38 @@ def test_head_output_image_embeds_and_answer_logits_match_own_hooks(arch_setup):
     torch.testing.assert_close(capture.answer_logits, logits[0, -1, answers], atol=1e-5, rtol=0)
 
 
+def _watched_projections(modules, sources) -> dict:
+    """The projections whose outputs are each layer's queries and keys, read from the modules as
+    transformers' own attention forwards use them: q_proj (or latent attention's q_b_proj) and
+    k_proj, or for multi-head latent attention kv_a_proj_with_mqa and kv_b_proj."""
+    watched = {}
+    for layer, module in enumerate(modules):
+        watched[f"q{layer}"] = (getattr(module, "q_proj", None) or module.q_b_proj, "out")
+        if layer in set(sources) and hasattr(module, "kv_b_proj"):
+            watched[f"kva{layer}"] = (module.kv_a_proj_with_mqa, "out")
+            watched[f"kvb{layer}"] = (module.kv_b_proj, "out")
+        elif layer in set(sources):
+            watched[f"k{layer}"] = (module.k_proj, "out")
+    return watched
+
+
+def _hand_queries_keys(module, seen, layer, source, heads):
+    """([T, H, d] queries, [T, KV, d] keys) of one layer before RoPE, from the hooked outputs:
+    a gated q_proj (Qwen3.5) gives each head its query, then its output gate ([T, H, 2d]); latent
+    attention's key of head h is kv_b_proj's first qk_nope_head_dim of head h, then the rotary
+    part kv_a_proj_with_mqa gives every head (its columns after kv_lora_rank)."""
+    width = getattr(module, "qk_head_dim", None) or module.head_dim
+    queries = seen[f"q{layer}"][0][0]
+    queries = queries.view(len(queries), heads, -1)[..., :width]
+    if f"kvb{source}" not in seen:
+        keys = seen[f"k{source}"][0][0]
+        return queries, keys.view(len(keys), -1, width)
+    nope = module.qk_nope_head_dim
+    k_nope = seen[f"kvb{source}"][0][0].reshape(-1, heads, nope + module.v_head_dim)[..., :nope]
+    k_rot = seen[f"kva{source}"][0][0][:, module.kv_lora_rank:]
+    return queries, torch.cat([k_nope, k_rot[:, None, :].expand(-1, heads, -1)], dim=-1)
+
+
 @pytest.mark.parametrize("mode", ["proxy", "proxy_causal"])
 def test_proxy_pointer_equals_hand_softmax_of_projections(arch_setup, mode):
     arch, model, _, processor, images = arch_setup
@@ -161,20 +198,17 @@ def test_proxy_pointer_equals_hand_softmax_of_projections(arch_setup, mode):
     modules = attention_modules(model, resolve_adapter(model))
     sources = key_sources(model, resolve_adapter(model))  # a KV-shared layer: the layer whose keys it reuses
     inputs = _encode(model, processor, PROMPT, images, QUERY)
-    watched = {f"q{l}": (m.q_proj, "out") for l, m in enumerate(modules)}
-    watched.update({f"k{l}": (modules[l].k_proj, "out") for l in set(sources)})
-    seen, _ = _hooked_forward(model, inputs, watched)
+    seen, _ = _hooked_forward(model, inputs, _watched_projections(modules, sources))
     heads = capture.n_heads
     expected = torch.zeros_like(capture.pointer_eq3)
-    for layer, d_h in enumerate(capture.head_dims):
-        queries, keys = seen[f"q{layer}"][0][0], seen[f"k{sources[layer]}"][0][0]
-        group = heads // (keys.shape[-1] // d_h)
+    for layer, module in enumerate(modules):
+        queries, keys = _hand_queries_keys(module, seen, layer, sources[layer], heads)
+        group = heads // keys.shape[1]
         for head in range(heads):
-            q = queries[:, head * d_h : (head + 1) * d_h]
-            k = keys[:, (head // group) * d_h : (head // group + 1) * d_h]
+            q, k = queries[:, head], keys[:, head // group]
             for p_index, p in enumerate(capture.readout_indices):
                 visible = k if mode == "proxy" else k[: p + 1]
-                weights = torch.softmax(visible @ q[p] / math.sqrt(d_h), dim=0)
+                weights = torch.softmax(visible @ q[p] / math.sqrt(q.shape[-1]), dim=0)
                 for index, (start, end) in enumerate(capture.image_spans):
                     expected[p_index, layer, head, index] = weights[start:end].sum()
     torch.testing.assert_close(capture.pointer_eq3, expected, atol=TOLERANCE, rtol=0)
@@ -218,7 +252,7 @@ def test_batched_capture_equals_one_at_a_time(arch_setup):
             assert together.image_spans == alone.image_spans
             assert together.readout_indices == alone.readout_indices
             for field in ("pointer", "pointer_eq3", "head_output", "image_embeds", "answer_logits"):
-                atol = ACTIVATION_TOLERANCE if (arch, field) == ("gemma4", "head_output") else TOLERANCE
+                atol = ACTIVATION_TOLERANCE if (arch, field) in GEMMA4_HEAD_OUTPUTS else TOLERANCE
                 torch.testing.assert_close(getattr(together, field), getattr(alone, field), atol=atol, rtol=0)
 
 
@@ -269,17 +303,53 @@ def test_the_derived_adapter_finds_the_table_rows_paths(arch):
     assert derived.images.derived and not row.images.derived
 
 
-def test_architectures_that_cannot_be_measured_are_refused_with_their_reason():
-    """Refusals name the architecture and the reason, before any capture (meta-device models)."""
+def _meta_model(model_type: str):
     from transformers import AutoConfig, AutoModelForImageTextToText
 
+    with torch.device("meta"):
+        return AutoModelForImageTextToText.from_config(AutoConfig.for_model(model_type))
+
+
+def test_architectures_that_cannot_be_measured_are_refused_with_their_reason():
+    """Refusals name the architecture and the reason, before any capture (meta-device models)."""
     from harness.capture.adapters import resolve_adapter
 
     reasons = {"mllama": "cross-attention", "florence2": "encoder-decoder", "fuyu": "query_key_value",
-               "qwen3_5": "hybrid decoder", "kimi_k25": "without q_proj/k_proj"}
+               "mistral_large4": "sparse latent attention", "nemotron_h_omni": "no decoder layer holds softmax",
+               "mistral4": "a text-only model"}
     for model_type, reason in reasons.items():
-        with torch.device("meta"):
-            model = AutoModelForImageTextToText.from_config(AutoConfig.for_model(model_type))
+        model = _meta_model(model_type)
         with pytest.raises(UserInputError, match=reason) as found:
             resolve_adapter(model)
         assert type(model).__name__ in str(found.value) and "\n" not in str(found.value)
+
+
+def test_a_model_type_no_tiny_model_tests_is_refused_unless_a_user_opts_in(monkeypatch):
+    """``llava_next`` has the common layout; taken out of the conformance-tested model types, the
+    capture refuses it in one line naming the opt-in, and with the opt-in derives its adapter,
+    marked untested (the protocol record's deviation)."""
+    import harness.tiny_models
+    from harness.capture.adapters import UNTESTED_MODEL_ARG, refusal_reason, resolve_adapter
+
+    model = _meta_model("llava_next")
+    assert resolve_adapter(model).conformance_tested and refusal_reason(model) is None
+    monkeypatch.setattr(harness.tiny_models, "TESTED_MODEL_TYPES", harness.tiny_models.TESTED_MODEL_TYPES - {"llava_next"})
+    with pytest.raises(UserInputError, match=f"not.*conformance tests.*{UNTESTED_MODEL_ARG}=true") as found:
+        resolve_adapter(model)
+    assert "\n" not in str(found.value)
+    adapter = resolve_adapter(model, allow_untested=True)
+    assert not adapter.conformance_tested and adapter.images.derived
+
+
+@pytest.mark.parametrize(("model_type", "attention", "total"), [("qwen3_5", 8, 32), ("lfm3_vl", 11, 24)])
+def test_a_hybrid_decoders_heads_are_those_of_its_attention_layers(model_type, attention, total):
+    """Qwen3.5's default config: softmax attention in every 4th of 32 layers (``layer_types``), the
+    others Gated DeltaNet; the grid rows are those 8 layers, in order."""
+    from harness.capture.adapters import attention_layers, decoder_layers, resolve_adapter
+
+    model = _meta_model(model_type)
+    adapter = resolve_adapter(model, allow_untested=True)
+    layers = attention_layers(model, adapter)
+    kinds = model.config.get_text_config().layer_types
+    assert len(decoder_layers(model, adapter)) == total and len(layers) == attention
+    assert layers == [index for index, kind in enumerate(kinds) if "attention" in kind and "linear" not in kind]

@@ -160,7 +160,7 @@ def test_user_errors_of_capture_heads(qwen):
         capture_heads(nn.Linear(2, 2), processor, prompt, images, (0, 5))
     text_only = language_model(model, resolve_adapter(model))  # a decoder alone is no LVLM: refused with the reason
     with pytest.raises(UserInputError, match=r"cannot measure Qwen3VLTextModel \(model_type='qwen3_vl_text'\): "
-                                             "no language-model decoder"):
+                                             "a text-only model"):
         resolve_adapter(text_only)
 
 

@@ -68,3 +68,25 @@ def test_eval_transfer_analyze_submit_validate(arch, data, tmp_path, capsys):
     assert icir_main(["submit", str(run), "--out", str(submission)]) == 0
     capsys.readouterr()
     assert icir_main(["leaderboard", "validate", str(submission)]) == 0, capsys.readouterr().out
+
+
+def test_an_untested_model_type_runs_only_when_the_user_opts_in(data, tmp_path, capsys, monkeypatch):
+    """A model type outside the conformance-tested set (here Mistral 3, taken out of it) is refused
+    at load in one line naming the opt-in, exit 2; with ``untested_architecture=true`` it runs on
+    the derived adapter and the protocol record names the deviation."""
+    import harness.tiny_models
+
+    model = save_tiny("mistral3", tmp_path / "model")
+    monkeypatch.setattr(harness.tiny_models, "TESTED_MODEL_TYPES", harness.tiny_models.TESTED_MODEL_TYPES - {"mistral3"})
+    out = tmp_path / "runs"
+    capsys.readouterr()
+    assert icir_main(["eval", "--device", "cpu", "--model_args", f"pretrained={model}", "--tasks", "icir_mcq_n5",
+                      "--metadata", json.dumps({"icir_mcq_data": str(data / "mcq")}), "--output_path", str(out)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "no tiny model of this model type passes the conformance tests" in error
+    assert "untested_architecture=true" in error and "\n" not in error and not out.exists()
+    _eval(model, data, out, "icir_mcq_n5", "untested_architecture=true")
+    (results,) = [json.loads(p.read_text()) for run in out.iterdir() for p in run.glob("results_*.json")]
+    record = results["icir"]["protocol"]
+    assert record["settings"]["image_inputs"]["conformance_tested"] is False and not record["on_protocol"]
+    assert any("model type mistral3 is not conformance-tested" in line for line in record["deviations"])

@@ -415,17 +415,56 @@ DERIVED_COUNTS = {
     "mistral3": [4, 4, 4, 2],
     "qwen2_vl": [4, 4, 4, 3],
     "qwen3_vl_moe": [4, 4, 4, 3],
+    "qwen3_5": [4, 4, 4, 3],
+    "qwen3_5_moe": [4, 4, 4, 3],
     "glm4v": [4, 4, 4, 3],
     # Gemma 4: each side scaled to fill 70 soft tokens of 48-px (3x3 pooled 16-px patches), rounded
     # down: 64x48 -> 432x336 (9x7), 50x50 -> 384x384 (8x8), 160x48 -> 720x192 (15x4).
     "gemma4": [63, 63, 64, 60],
     "deepseek_vl": [4, 4, 4, 4],  # longest side fit into 32 px, padded to a 32x32 square: 2x2 patches
+    # Kimi K2.5: within 16 patches of 16 px nothing shrinks; sides pad up to 32 px (2x2 merged):
+    # 64x48, 48x64, 50x50 -> 64x64 (2x2); 160x48 (30 patches) -> x sqrt(16/30) = 116x35 -> 128x64 (4x2).
+    "kimi_k25": [4, 4, 4, 8],
+    # Janus / DeepSeek-VL-Hybrid: longest side fit into 32 px, padded square (2x2 patches; the
+    # hybrid's SAM tower sees a 64-px square its convolutions bring to the same 2x2 grid).
+    "janus": [4, 4, 4, 4],
+    "deepseek_vl_hybrid": [4, 4, 4, 4],
+    # LightOnOCR: Mistral 3's rule (longest edge into 64 px, sides up to 32-px multiples, 2x2 merge).
+    "lighton_ocr": [4, 4, 4, 2],
+    # GLM-4.6V, GLM-4.5V, GLM-OCR and GLM-GA: GLM-4.1V's rule (above).
+    **dict.fromkeys(("glm46v", "glm4v_moe", "glm_ocr", "glmga"), [4, 4, 4, 3]),
+    # Qwen-style pixel budgets (28-px sides within 784..3,136 px, or 32-px within 1,024..4,096):
+    # 64x48, 48x64, 50x50 -> 2x2 tokens; 160x48, over budget, shrinks and floors to 3x1.
+    **dict.fromkeys(("lfm3_vl", "exaone4_5", "cosmos3_omni", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker",
+                     "paddleocr_vl", "ernie4_5_vl_moe", "hyperclovax_vision_v2"), [4, 4, 4, 3]),
+    # VideoLLaMA3: unmerged 14-px patches within 196..784 px: 64x48 -> 42x70, over, /1.979 -> 14x28 (2);
+    # 50x50 -> 28x28 (4); 160x48 -> 42x154, over, /3.13 -> 14x42 (3).
+    "video_llama_3": [2, 2, 4, 3],
+    # Gemma 4's 70-soft-token budget (above).
+    "gemma4_unified": [63, 63, 64, 60],
+    # Muse: the grid of 28-px blocks whose aspect is closest to the image's, within 4 tokens:
+    # 64x48 -> 1x2, 48x64 -> 2x2, 50x50 -> 1x1 (ties broken by the processor's order), 160x48 -> 1x3.
+    **dict.fromkeys(("muse_glimmer", "muse_spark"), [2, 4, 1, 3]),
+    # Molmo 2: 32-px crops with a 16-px window, 2x2 pooling, at most 8 crops, + a 2x2 low-res view:
+    # 64x48 -> 2x3 crops, 48x64 canvas, 3x4 + 4 = 16; 50x50 -> 2x2, 3x3 + 4 = 13; 160x48 -> 1x5, 2x6 + 4 = 16.
+    "molmo2": [16, 16, 13, 16],
+    # CLIP-style center crops to 2x2 patches (ViP-LLaVA, Video-LLaVA, FastVLM's stride-16 tower).
+    **dict.fromkeys(("vipllava", "video_llava", "fast_vlm"), [4, 4, 4, 4]),
+    "llava_next_video": [24, 24, 24, 18],  # LLaVA-NeXT's any-res (above)
+    "aria": [8, 8, 8, 8],  # one 980-px crop of 196 patches -> 8 queries, whatever the image
 }
 # The summary's note on unequal counts: tokens per image span (Mistral 3: 2 rows of 2 [IMG] and one
 # [IMG_BREAK], or one row of 2).
 UNEQUAL_SPANS = {"llava_clip": None, "llava_next": "18 to 24", "mistral3": "2 to 5", "gemma4": "60 to 64",
-                 "deepseek_vl": None,
-                 **dict.fromkeys(("qwen2_vl", "qwen3_vl_moe", "glm4v"), "3 to 4")}
+                 "deepseek_vl": None, "kimi_k25": "4 to 8", "janus": None, "deepseek_vl_hybrid": None,
+                 "lighton_ocr": "2 to 4", "video_llama_3": "2 to 4", "gemma4_unified": "60 to 64",
+                 "muse_glimmer": "1 to 4", "muse_spark": "1 to 4", "molmo2": "19 to 23", "llava_next_video": "18 to 24",
+                 **dict.fromkeys(("vipllava", "video_llava", "fast_vlm", "aria"), None),
+                 **dict.fromkeys(("lfm3_vl", "exaone4_5", "cosmos3_omni", "qwen2_5_omni_thinker",
+                                  "qwen3_omni_moe_thinker", "paddleocr_vl", "ernie4_5_vl_moe",
+                                  "hyperclovax_vision_v2"), "3 to 4"),
+                 **dict.fromkeys(("qwen2_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v", "glm46v", "glm4v_moe",
+                                  "glm_ocr", "glmga"), "3 to 4")}
 
 
 @pytest.mark.parametrize("arch", sorted(DERIVED_COUNTS))
@@ -477,3 +516,37 @@ def test_a_derived_familys_tiling_switch_is_turned_off(arch):
     inputs, layouts, _ = encode(arch, reqs, processor=splitting)
     assert visual_token_counts(layouts) == [[processor.image_seq_len] * 4, [processor.image_seq_len]]
     forward_accepts(arch, inputs)
+
+
+def test_ovis2s_tiles_are_turned_off():
+    """Ovis2's processor tiles by default (``crop_to_patches``, up to 4 tiles + the whole image, as
+    the checkpoint does): 160x48 px makes a 1x3 grid of 64-px tiles plus the whole image, 4 runs of
+    4 tokens = 16; the capture's call turns it off, one 64-px tile (4x4 patches merged 2x2) each."""
+    model, processor, adapter = tiny("ovis2")
+    assert processor.image_processor.crop_to_patches
+    call = resolve_image_inputs(processor, adapter)
+    assert call.call_kwargs == {"crop_to_patches": False} and call.record["derived"]
+    reqs = requests(TINY_ASPECTS + (WIDE,))
+    tiled_inputs, tiled, _ = encode("ovis2", reqs, protocol=False)
+    assert visual_token_counts(tiled) == [[4, 4, 4, 16], [4]]
+    forward_accepts("ovis2", tiled_inputs)
+    inputs, layouts, _ = encode("ovis2", reqs)
+    assert visual_token_counts(layouts) == [[4, 4, 4, 4], [4]]
+    forward_accepts("ovis2", inputs)
+
+
+def test_command_a_visions_tiles_are_turned_off():
+    """Cohere2-Vision tiles by default (``crop_to_patches``): 64x48, 48x64 and 50x50 px each make
+    2x2 tiles of 32 px plus a thumbnail (5 tiles of 4 tokens = 20), 160x48 px a 5x2 grid plus a
+    thumbnail (44); the capture's call turns it off: one 32-px tile (4x4 patches of 8 px,
+    pixel-shuffled 2x2) = 4 tokens each."""
+    model, processor, adapter = tiny("cohere2_vision")
+    call = resolve_image_inputs(processor, adapter)
+    assert call.call_kwargs == {"crop_to_patches": False} and call.record["derived"]
+    reqs = requests(TINY_ASPECTS + (WIDE,))
+    tiled_inputs, tiled, _ = encode("cohere2_vision", reqs, protocol=False)
+    assert visual_token_counts(tiled) == [[20, 20, 20, 44], [20]]
+    forward_accepts("cohere2_vision", tiled_inputs)
+    inputs, layouts, _ = encode("cohere2_vision", reqs)
+    assert visual_token_counts(layouts) == [[4, 4, 4, 4], [4]]
+    forward_accepts("cohere2_vision", inputs)

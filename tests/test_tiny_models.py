@@ -28,6 +28,30 @@ TOKENS_PER_IMAGE = {
     "idefics3": (4, 4),
     "smolvlm": (4, 4),
     "qwen3_vl_moe": (4, 4),
+    "qwen3_5": (4, 4),
+    "qwen3_5_moe": (4, 4),
+    "kimi_k25": (4, 4),
+    "janus": (4, 4),
+    "deepseek_vl_hybrid": (4, 4),
+    "lighton_ocr": (4, 4),
+    "ovis2": (4, 4),
+    **dict.fromkeys(("glm46v", "glm4v_moe", "glm_ocr", "glmga"), (4, 4)),
+    "cohere2_vision": (20, 25),  # tiled: 2x2 tiles + a thumbnail of 4 <|IMG_PATCH|>; 5 <|IMG_LINE_BREAK|>
+    "lfm3_vl": (4, 4),
+    "gemma4_unified": (64, 64),
+    "granite_docling": (4, 4),
+    **dict.fromkeys(("exaone4_5", "cosmos3_omni", "muse_glimmer", "muse_spark"), (4, 4)),
+    **dict.fromkeys(("qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "paddleocr_vl", "video_llama_3",
+                     "ernie4_5_vl_moe"), (4, 4)),
+    # 2x2 low-res view + 2x2 crops of a 48x48 canvas pooled to 3x3 = 13 <im_patch>; with the row-closing
+    # <im_col> (2 + 3), the <im_end><im_start> between the views and the last <im_end>: 21
+    "molmo2": (13, 21),
+    "lfm2_vl": (16, 16),
+    "hyperclovax_vision_v2": (4, 4),
+    "qianfan_ocr": (4, 4),
+    **dict.fromkeys(("vipllava", "video_llava", "fast_vlm"), (4, 4)),
+    "llava_next_video": (24, 24),
+    "aria": (8, 8),  # one 980-px crop of 70-px patches (196), mapped to 8 queries
     "llava_clip": (4, 4),  # 32x32 center crop, 16-px patches, CLS dropped
     "llava_next": (24, 24),  # 2x2 base + 2x2 tiles of 2x2 patches (64x64 fits the 2x2 grid) + 4 row newlines
     "mistral3": (4, 5),  # 4x4 patches merged 2x2: 2 rows of 2 [IMG], one [IMG_BREAK] between
@@ -36,9 +60,13 @@ TOKENS_PER_IMAGE = {
     "deepseek_vl": (4, 4),  # fit and padded into 32x32 px, 16-px patches
 }
 # Families whose get_image_features pools one tensor per sample (all its images' tokens), not per image.
-FEATURES_PER_SAMPLE = {"idefics3", "smolvlm"}
+FEATURES_PER_SAMPLE = {"idefics3", "smolvlm", "granite_docling"}
+# Families that add the image features onto the placeholder tokens' embeddings (Molmo 2) instead of
+# writing them in place.
+FEATURES_ADDED = {"molmo2"}
 # Tokens inside one image's span besides the image token, and the markers right around it.
-SPAN_FILLERS = {"llava_pixtral": ("[IMG_BREAK]",), "mistral3": ("[IMG_BREAK]",)}
+SPAN_FILLERS = {"llava_pixtral": ("[IMG_BREAK]",), "mistral3": ("[IMG_BREAK]",), "cohere2_vision": ("<|IMG_LINE_BREAK|>",),
+                "molmo2": ("<im_col>", "<im_end>", "<im_start>")}
 SPAN_MARKERS = {
     "qwen3_vl": ("<|vision_start|>", "<|vision_end|>"),
     "qwen2_5_vl": ("<|vision_start|>", "<|vision_end|>"),
@@ -50,6 +78,31 @@ SPAN_MARKERS = {
     "idefics3": ("<global-img>", "<fake_token_around_image>"),
     "smolvlm": ("<global-img>", "<fake_token_around_image>"),
     "qwen3_vl_moe": ("<|vision_start|>", "<|vision_end|>"),
+    "qwen3_5": ("<|vision_start|>", "<|vision_end|>"),
+    "qwen3_5_moe": ("<|vision_start|>", "<|vision_end|>"),
+    "kimi_k25": ("<|media_content|>", "<|media_end|>"),
+    "janus": ("<begin_of_image>", "<end_of_image>"),
+    "deepseek_vl_hybrid": (None, None),
+    "lighton_ocr": (None, None),
+    "ovis2": ("<IMG_START>", "<IMG_GRID>"),
+    **dict.fromkeys(("glm46v", "glm4v_moe", "glm_ocr", "glmga"), ("<|begin_of_image|>", "<|end_of_image|>")),
+    "cohere2_vision": ("<|START_OF_IMG|>", "<|END_OF_IMG|>"),
+    "lfm3_vl": ("<|vision_start|>", "<|vision_end|>"),
+    "gemma4_unified": ("<|image>", "<image|>"),
+    "granite_docling": ("<row_1_col_1>", "Ċ"),
+    **dict.fromkeys(("exaone4_5", "cosmos3_omni"), ("<|vision_start|>", "<|vision_end|>")),
+    **dict.fromkeys(("muse_glimmer", "muse_spark"), ("<|image_start|>", "<|image_end|>")),
+    "qwen2_5_omni_thinker": ("<|vision_bos|>", "<|vision_eos|>"),
+    "qwen3_omni_moe_thinker": ("<|vision_start|>", "<|vision_end|>"),
+    "paddleocr_vl": ("<|IMAGE_START|>", "<|IMAGE_END|>"),
+    "video_llama_3": (None, None),
+    "ernie4_5_vl_moe": ("<|IMAGE_START|>", "<|IMAGE_END|>"),
+    "molmo2": ("<low_res_im_start>", None),
+    "lfm2_vl": ("<|image_start|>", "<|image_end|>"),
+    "hyperclovax_vision_v2": ("<|image_start|>", "<|image_end|>"),
+    "qianfan_ocr": ("<img>", "</img>"),
+    **dict.fromkeys(("vipllava", "video_llava", "llava_next_video", "fast_vlm"), (None, None)),
+    "aria": ("<fim_prefix>", "<fim_suffix>"),
     "llava_clip": (None, None),
     "llava_next": (None, None),
     "mistral3": (None, "[IMG_END]"),
@@ -148,7 +201,8 @@ def test_forward_logits_and_image_features_reach_the_language_model(arch, images
         features = torch.cat(list(features))
     image_positions = inputs["input_ids"][0] == info["image_token_id"]
     assert features.shape == (int(image_positions.sum()), model.config.get_text_config().hidden_size)
-    torch.testing.assert_close(seen["embeds"][0, image_positions], features, rtol=0, atol=0)
+    placeholders = model.get_input_embeddings()(inputs["input_ids"])[0, image_positions] if arch in FEATURES_ADDED else 0
+    torch.testing.assert_close(seen["embeds"][0, image_positions], placeholders + features, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -160,7 +214,10 @@ def test_eager_attention_gives_the_sdpa_logits(arch, images):
         sdpa = sdpa_model(**inputs).logits
         eager = eager_model(**inputs, output_attentions=True)
     assert eager_model.config.get_text_config()._attn_implementation == "eager"
-    assert len(eager.attentions) == 4 and eager.attentions[0].shape[1] == 4
+    # one attention map per softmax-attention layer (a hybrid decoder's linear-attention layers give none)
+    layers = operator.attrgetter(describe(arch)["decoder_layers"])(eager_model)
+    assert len(eager.attentions) == sum(hasattr(layer, "self_attn") for layer in layers) > 0
+    assert eager.attentions[0].shape[1] == 4
     torch.testing.assert_close(eager.logits, sdpa, rtol=0, atol=1e-5)
 
 
@@ -255,10 +312,15 @@ def test_size_overrides_widen_the_language_model(arch, images):
     model, processor = build_tiny(arch, num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4)
     info = describe(arch)
     layers = operator.attrgetter(info["decoder_layers"])(model)
-    o_proj = operator.attrgetter(info["o_proj"])(layers[0])
+    attention_layer = next(layer for layer in layers if hasattr(layer, "self_attn"))  # hybrid: not layer 0
+    o_proj = operator.attrgetter(info["o_proj"])(attention_layer)
     assert len(layers) == 8
     assert (o_proj.in_features, o_proj.out_features) == (8 * 16, 128)
-    assert layers[0].self_attn.k_proj.out_features == 4 * 16
+    attention = attention_layer.self_attn
+    if hasattr(attention, "kv_b_proj"):  # latent attention: every head's keys and values from one latent
+        assert attention.kv_b_proj.out_features == 8 * (16 + 16)
+    else:
+        assert attention.k_proj.out_features == 4 * 16
     with torch.no_grad():
         assert torch.isfinite(model(**_inputs(processor, images)).logits).all()
 

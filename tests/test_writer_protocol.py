@@ -64,10 +64,10 @@ def _record(shape: dict, model_args: dict) -> dict:
 
 def test_the_shape_is_read_from_the_model(shapes):
     assert shapes["8b"] == {"architecture": "Qwen3VLForConditionalGeneration", "layers": 36, "heads": 32,
-                            "hidden_size": 4096}
+                            "hidden_size": 4096, "attention_layers": list(range(36))}
     assert shapes["4b"]["hidden_size"] == 2560
     assert shapes["tiny"] == {"architecture": "Qwen3VLForConditionalGeneration", "layers": 2, "heads": 4,
-                              "hidden_size": 64}
+                              "hidden_size": 64, "attention_layers": [0, 1]}
 
 
 def test_qwen3_vl_8b_gets_batch_128_and_every_other_shape_256(shapes):
@@ -89,7 +89,8 @@ def test_both_batches_are_on_protocol_and_recorded_with_their_reason(shapes, nam
     settings = record["settings"]
     assert settings["writer_config"]["batch_size"] == batch
     assert settings["writer_protocol"]["batch_size"] == batch
-    assert settings["writer_protocol"]["model"] == shapes[name]
+    # the shape the writer protocol decides from: architecture, layers, heads, hidden size
+    assert settings["writer_protocol"]["model"] == {k: v for k, v in shapes[name].items() if k != "attention_layers"}
     assert "App. D" in settings["writer_protocol"]["reason"]
     assert ("Qwen3-VL-8B probe uses batch 128" in settings["writer_protocol"]["reason"]) == (name == "8b")
     assert record["model"]["hidden_size"] == shapes[name]["hidden_size"]

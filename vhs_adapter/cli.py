@@ -13,11 +13,11 @@ from icir_mcq.cli import comma_list
 from icir_mcq.toy.worlds import WORLDS
 from vhs_adapter.haystack import DEFAULT_SEED
 from vhs_adapter.question_files import DEFAULT_SIZES, DEFAULT_SUBSET, ORACLE, SUBSETS
-from vhs_adapter.toy_questions import check_toy_vhs_options, write_toy_vhs_questions_into
 
 
 def _toy_corpus(args: argparse.Namespace) -> int:
     from icir_mcq.toy import write_toy_corpus
+    from vhs_adapter.toy_questions import check_toy_vhs_options, write_toy_vhs_questions_into
 
     # Every option is checked before anything is written; the VHs question files are written into
     # the corpus' temporary folder, so the whole corpus appears at once or not at all.

@@ -75,12 +75,21 @@ def _suffix_positions(model, inputs, start: int, end: int, rows: int) -> torch.T
 def _repeated(cache, rows: int):
     """A cache holding `cache`'s positions `rows` times over (batch dimension); `cache` is left as it is.
 
-    The batch operations of a transformers ``DynamicCache`` replace each layer's tensors rather
-    than writing into them, so a shallow copy of the layers is enough.
+    The batch operations of a transformers ``DynamicCache`` replace each attention layer's tensors
+    rather than writing into them, so a shallow copy of the layers is enough. A hybrid decoder's
+    linear-attention layers (``LinearAttentionLayer``: ``conv_states`` / ``recurrent_states``,
+    which the model updates in place, and no ``batch_repeat_interleave``) get repeated copies.
     """
     fork = copy.copy(cache)
     fork.layers = [copy.copy(layer) for layer in cache.layers]
-    fork.batch_repeat_interleave(rows)
+    for layer in fork.layers:
+        for name in ("conv_states", "recurrent_states"):
+            states = getattr(layer, name, None)
+            if states is not None:
+                setattr(layer, name, {index: None if state is None else state.repeat_interleave(rows, dim=0)
+                                      for index, state in states.items()})
+        if hasattr(layer, "batch_repeat_interleave"):
+            layer.batch_repeat_interleave(rows)
     return fork
 
 

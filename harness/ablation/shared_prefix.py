@@ -39,6 +39,10 @@ def shared_prefix_supported(language_model) -> str | None:
         return "sliding-window attention"
     if getattr(config, "attn_logit_softcapping", None):
         return "soft-capped attention scores"
+    if getattr(config, "kv_lora_rank", None):
+        return "latent attention: the cache holds compressed latents, not per-head keys"
+    if any(kind != "full_attention" and "sliding" not in kind for kind in (getattr(config, "layer_types", None) or [])):
+        return "a hybrid decoder: its cache holds recurrent states besides keys"
     return None
 
 

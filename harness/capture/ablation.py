@@ -11,6 +11,7 @@ from torch import nn
 from icir_common import UserInputError, parse_head_name
 
 from .adapters import attention_modules, projection, resolve_adapter
+from .projections import head_width
 
 HeadRef = tuple[int, int] | str
 
@@ -113,7 +114,7 @@ def ablate_heads(
     try:
         for layer in sorted({layer for by_layer in rows for layer in by_layer}):
             attention = modules[layer]
-            hook = make_hook(layer, attention.head_dim)
+            hook = make_hook(layer, head_width(attention))
             handles.append(projection(attention, adapter, "o_proj").register_forward_pre_hook(hook))
         yield
     finally:

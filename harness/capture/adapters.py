@@ -29,6 +29,8 @@ from torch import nn
 
 from icir_common import UserInputError
 
+from .projections import LATENT_PROJECTIONS, is_latent, query_projection
+
 
 @dataclasses.dataclass(frozen=True)
 class ImageSlot:
@@ -99,7 +101,11 @@ _QWEN_IMAGES = ImageInputs(
 
 @dataclasses.dataclass(frozen=True)
 class ModelAdapter:
-    """One row of the adapter table (see the module docstring for what each path means)."""
+    """One row of the adapter table (see the module docstring for what each path means).
+
+    ``conformance_tested`` is False only for an adapter derived for a model type that no tiny model
+    of `harness.tiny_models` tests, run because a user opted in (`derive_adapter`); the protocol
+    record names it as a deviation."""
 
     name: str
     model_type: str
@@ -112,6 +118,7 @@ class ModelAdapter:
     k_proj: str = "k_proj"
     image_token_id: str = "image_token_id"
     images: ImageInputs = dataclasses.field(default_factory=ImageInputs, kw_only=True)
+    conformance_tested: bool = dataclasses.field(default=True, kw_only=True)
 
     def matches(self, config) -> bool:
         """Whether a top-level model config (``model.config``) belongs to this row."""
@@ -188,6 +195,10 @@ IMAGE_TOKEN_ATTRIBUTES: tuple[str, ...] = ("image_token_id", "image_token_index"
 # off (App. J.1: equal tokens per image); these image-processor switches turn tiling off.
 TILING_SWITCHES: tuple[str, ...] = ("do_image_splitting", "crop_to_patches", "do_pan_and_scan", "image_splitting")
 DERIVED_IMAGES_SOURCE = "family outside the icir-heads table: processor defaults"
+UNTESTED_MODEL_ARG = "untested_architecture"
+UNTESTED_REASON = (f"its layout is derivable, but no tiny model of this model type passes the conformance tests "
+                   f"in this release (docs/models.md); pass --model_args {UNTESTED_MODEL_ARG}=true to measure it "
+                   f"anyway on the derived adapter (a deviation the protocol record names)")
 
 _REGISTERED: list[ModelAdapter] = []
 
@@ -214,11 +225,12 @@ def _child(module: nn.Module, dotted: str) -> nn.Module | None:
 
 
 def _kv_source(attentions: Sequence[nn.Module | None], index: int, k_proj: str = "k_proj") -> int | None:
-    """The layer whose `k_proj` forms layer `index`'s keys: `index` itself when it has one; for a
+    """The layer whose `k_proj` forms layer `index`'s keys: `index` itself when it has one (or is
+    latent attention, `projections.is_latent`, which forms its own keys); for a
     KV-shared layer (transformers' ``is_kv_shared_layer``: Gemma 3n, Gemma 4 E2B/E4B), which reuses
     the keys that the last earlier layer of its ``layer_type`` stores, that layer; else None."""
     attention = attentions[index]
-    if isinstance(_child(attention, k_proj), nn.Module):
+    if isinstance(_child(attention, k_proj), nn.Module) or (attention is not None and is_latent(attention)):
         return index
     if getattr(attention, "is_kv_shared_layer", False) is not True:
         return None
@@ -231,15 +243,19 @@ def _kv_source(attentions: Sequence[nn.Module | None], index: int, k_proj: str =
 def refusal_reason(model: nn.Module) -> str | None:
     """Why head capture cannot measure `model`'s architecture (one clause), or None when it can:
     images that enter through cross-attention have no per-image span in the decoder sequence;
-    encoder-decoder models have no decoder-only prefill; a decoder whose layers are not all
+    encoder-decoder models have no decoder-only prefill; a decoder whose attention layers are not
     softmax attention with separate q/k/o projections is a variant not handled yet (a KV-shared
-    layer's k_proj is that of the layer whose keys it reuses, `_kv_source`)."""
+    layer's k_proj is that of the layer whose keys it reuses, `_kv_source`). A hybrid decoder's
+    layers without ``self_attn`` (linear attention, convolutions) hold no heads and are skipped;
+    a decoder with no ``self_attn`` layer at all is refused."""
     config = model.config
     text = config.get_text_config()
     if getattr(text, "cross_attention_layers", None) or config.model_type in ("idefics", "mllama"):
         return "images enter the decoder through cross-attention, so no image has a span of visual tokens to measure"
     if getattr(config, "is_encoder_decoder", False) or getattr(text, "is_encoder_decoder", False):
         return "an encoder-decoder model: the question is not read in one decoder prefill with the images"
+    if not any(key.endswith("_config") for key in config.to_dict()):  # no vision (or any) sub-config
+        return f"a text-only model ({type(model).__name__}): no vision tower puts images in its sequence"
     if getattr(text, "altup_num_inputs", None):  # Gemma 3n
         return ("AltUp decoder layers read several stacked predictions of each token's hidden state, which the "
                 "image-embedding readout at layer 0 does not handle yet")
@@ -248,52 +264,86 @@ def refusal_reason(model: nn.Module) -> str | None:
     if decoder is None:
         return f"no language-model decoder with layers at {' / '.join(DECODER_PATHS)}"
     attentions = [getattr(layer, "self_attn", None) for layer in decoder.layers]
-    for index, (layer, attention) in enumerate(zip(decoder.layers, attentions)):
-        if attention is None:
-            kinds = sorted(name for name, _ in layer.named_children() if "attn" in name or "conv" in name or "mixer" in name)
-            return (f"a hybrid decoder: layer {index} holds {', '.join(kinds) or 'no self_attn'}, not softmax "
-                    "attention (heads exist only in its attention layers; not handled yet)")
+    if not any(isinstance(attention, nn.Module) for attention in attentions):
+        kinds = sorted({name for layer in decoder.layers for name, _ in layer.named_children()
+                        if "attn" in name or "conv" in name or "mixer" in name})
+        return (f"no decoder layer holds softmax attention as self_attn (its token mixers: "
+                f"{', '.join(kinds) or 'none found'}; not handled yet)")
+    for index, attention in enumerate(attentions):
+        if attention is None:  # a hybrid decoder's linear-attention or conv layer: no heads to capture
+            continue
         if hasattr(attention, "query_key_value"):
             return "a fused query_key_value projection (per-head slices not handled yet)"
-        source = _kv_source(attentions, index)
-        own = ("q_proj", "k_proj") if source == index else ("q_proj",)
-        if source is None or not all(isinstance(getattr(attention, name, None), nn.Module) for name in own):
-            return "latent or otherwise projected attention without q_proj/k_proj (not handled yet)"
-        if not any(isinstance(getattr(attention, name, None), nn.Module) for name in O_PROJ_NAMES):
-            return f"an attention output projection named other than {' or '.join(O_PROJ_NAMES)}"
-        projections = [getattr(attention, name) for name in own]
-        projections += [getattr(attention, n) for n in O_PROJ_NAMES if isinstance(getattr(attention, n, None), nn.Module)][:1]
-        if not all(isinstance(module, nn.Linear) for module in projections):
-            kinds = sorted({type(module).__name__ for module in projections if not isinstance(module, nn.Linear)})
-            return f"attention projections that are not linear layers ({', '.join(kinds)}; not handled yet)"
-        if not isinstance(getattr(attention, "head_dim", None), int):
-            return "an attention module without an integer head_dim"
+        reason = _attention_refusal(attentions, index)
+        if reason is not None:
+            return reason
     if not any(getattr(config, name, None) is not None for name in IMAGE_TOKEN_ATTRIBUTES):
         return f"no image placeholder token id in the config ({' / '.join(IMAGE_TOKEN_ATTRIBUTES)})"
     return None
 
 
-def derive_adapter(model: nn.Module) -> ModelAdapter:
+def _attention_refusal(attentions: Sequence[nn.Module | None], index: int) -> str | None:
+    """Why attention layer `index` cannot be captured, or None: it needs its own or a KV-shared
+    source of keys, a query projection, an output projection (`O_PROJ_NAMES`), all linear, and an
+    integer head width; multi-head latent attention (`projections.is_latent`) qualifies unless it
+    attends a top-k subset an indexer picks (DeepSeek sparse attention)."""
+    attention = attentions[index]
+    latent = is_latent(attention)
+    if latent and (hasattr(attention, "indexer") or hasattr(attention, "skip_topk")):
+        return ("sparse latent attention: each query attends a top-k subset of keys an indexer picks, "
+                "which neither Eq. 1 rows nor Eq. 3 see (not handled yet)")
+    source = _kv_source(attentions, index)
+    query = query_projection(attention)
+    if source is None or query is None:
+        return "latent or otherwise projected attention without q_proj/k_proj (not handled yet)"
+    output = next((getattr(attention, n) for n in O_PROJ_NAMES if isinstance(getattr(attention, n, None), nn.Module)), None)
+    if output is None:
+        return f"an attention output projection named other than {' or '.join(O_PROJ_NAMES)}"
+    if latent:
+        projections = [query, *(getattr(attention, name) for name in LATENT_PROJECTIONS), output]
+    else:
+        projections = [query, *([getattr(attention, "k_proj")] if source == index else []), output]
+    if not all(isinstance(module, nn.Linear) for module in projections):
+        kinds = sorted({type(module).__name__ for module in projections if not isinstance(module, nn.Linear)})
+        return f"attention projections that are not linear layers ({', '.join(kinds)}; not handled yet)"
+    width = ("qk_head_dim", "v_head_dim") if latent else ("head_dim",)
+    if not all(isinstance(getattr(attention, name, None), int) for name in width):
+        return f"an attention module without an integer {' / '.join(width)}"
+    return None
+
+
+def derive_adapter(model: nn.Module, allow_untested: bool = False) -> ModelAdapter:
     """The adapter of a model in transformers' common layout, found from the model and its config:
     the decoder at the first of `DECODER_PATHS` that holds ``layers``, attention ``self_attn`` with
     ``q_proj`` / ``k_proj`` and the first of `O_PROJ_NAMES` it has, the image token id under the
     first of `IMAGE_TOKEN_ATTRIBUTES` the config sets, and the processor's own image input with
     every `TILING_SWITCHES` switch turned off (a named deviation, `DERIVED_IMAGES_SOURCE`).
 
+    Only a model type some tiny model of `harness.tiny_models` runs the conformance tests on
+    (``TESTED_MODEL_TYPES``) is derived unless `allow_untested`; the adapter of any other is marked
+    ``conformance_tested=False``.
+
     Raises:
-        UserInputError: the architecture cannot be measured (`refusal_reason`), naming it.
+        UserInputError: the architecture cannot be measured (`refusal_reason`), or its model type is
+            not conformance-tested and not `allow_untested`, naming it and the way on.
     """
+    from harness.tiny_models import TESTED_MODEL_TYPES
+
     reason = refusal_reason(model)
+    config = model.config
+    tested = config.model_type in TESTED_MODEL_TYPES
+    if reason is None and not tested and not allow_untested:
+        reason = UNTESTED_REASON
     if reason is not None:
         raise UserInputError(f"head capture cannot measure {type(model).__name__} "
-                             f"({_describe_config(model.config)}): {reason}")
-    config = model.config
+                             f"({_describe_config(config)}): {reason}")
     path = next(p for p in DECODER_PATHS if isinstance(getattr(_child(model, p), "layers", None), nn.ModuleList))
-    attention = _child(model, path).layers[0].self_attn
+    attention = next(layer.self_attn for layer in _child(model, path).layers if hasattr(layer, "self_attn"))
     o_proj = next(name for name in O_PROJ_NAMES if isinstance(getattr(attention, name, None), nn.Module))
     token = next(name for name in IMAGE_TOKEN_ATTRIBUTES if getattr(config, name, None) is not None)
     return ModelAdapter(config.model_type, model_type=config.model_type, language_model=path, o_proj=o_proj,
-                        image_token_id=token, images=ImageInputs(derived=True, source=DERIVED_IMAGES_SOURCE))
+                        image_token_id=token, images=ImageInputs(derived=True, source=DERIVED_IMAGES_SOURCE),
+                        conformance_tested=tested)
 
 
 def _describe_config(config) -> str:
@@ -301,10 +351,10 @@ def _describe_config(config) -> str:
     return f"model_type={config.model_type!r}" + (f" with a {vision_type!r} vision tower" if vision_type else "")
 
 
-def resolve_adapter(model: nn.Module) -> ModelAdapter:
+def resolve_adapter(model: nn.Module, allow_untested: bool = False) -> ModelAdapter:
     """The adapter of `model` (a transformers ``...ForConditionalGeneration``): its row of the
     table (rows added with `register_adapter` first, then `ADAPTERS`), else the one derived from
-    its layout (`derive_adapter`).
+    its layout (`derive_adapter`, with `allow_untested`).
 
     Raises:
         UserInputError: no config, or an architecture head capture cannot measure, with the reason.
@@ -315,7 +365,7 @@ def resolve_adapter(model: nn.Module) -> ModelAdapter:
     for adapter in (*_REGISTERED, *ADAPTERS):
         if adapter.matches(config):
             return adapter
-    return derive_adapter(model)
+    return derive_adapter(model, allow_untested)
 
 
 def _path(root: nn.Module, dotted: str) -> nn.Module:
@@ -331,16 +381,26 @@ def language_model(model: nn.Module, adapter: ModelAdapter) -> nn.Module:
 
 
 def decoder_layers(model: nn.Module, adapter: ModelAdapter) -> list[nn.Module]:
-    """The language-model decoder layers, in layer order (length L)."""
+    """The language-model decoder layers, in layer order (all of them, attention or not)."""
     return list(_path(language_model(model, adapter), adapter.layers))
 
 
-def attention_modules(model: nn.Module, adapter: ModelAdapter) -> list[nn.Module]:
-    """The attention module of each language-model layer, in layer order (length L).
+def attention_layers(model: nn.Module, adapter: ModelAdapter) -> list[int]:
+    """The model's layer numbers (0-based positions in `decoder_layers`) of the layers holding an
+    attention module, in order (length L): every layer, except in a hybrid decoder (Qwen3.5, whose
+    linear-attention layers hold no heads). Head ``LxxHyy``'s ``xx`` indexes this list."""
+    return [index for index, layer in enumerate(decoder_layers(model, adapter))
+            if _child(layer, adapter.attention) is not None]
 
-    Each carries ``layer_idx`` (its position in the list), ``head_dim`` and ``num_key_value_groups``.
+
+def attention_modules(model: nn.Module, adapter: ModelAdapter) -> list[nn.Module]:
+    """The attention module of each attention layer (`attention_layers`), in layer order (length L).
+
+    Each carries ``layer_idx`` (the model's layer number, `attention_layers`' entry), ``head_dim``
+    and ``num_key_value_groups``.
     """
-    return [_path(layer, adapter.attention) for layer in decoder_layers(model, adapter)]
+    layers = decoder_layers(model, adapter)
+    return [_path(layers[index], adapter.attention) for index in attention_layers(model, adapter)]
 
 
 def key_sources(model: nn.Module, adapter: ModelAdapter) -> list[int]:

@@ -12,7 +12,8 @@ readout position p (paper §3.1, §4.1, §5, App. A, App. G):
 
 Both pointer scores come from the same prefill: ``pointer`` (Eq. 1) reads the attention the model
 computes, through the `attention.routed_attention` wrapper; ``pointer_eq3`` is the paper's Eq. 3
-proxy read literally from the direct q_proj/k_proj outputs (softmax over all prefill positions),
+proxy read literally from the query and key projections before RoPE (q_proj/k_proj outputs; a
+gated or latent attention module's as `projections` forms them; softmax over all prefill positions),
 or, in mode ``proxy_causal``, the same restricted to j <= p. The mode (``exact``, ``proxy`` or
 ``proxy_causal``) names the score a run ranks heads by; both are always recorded.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import inspect
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -41,6 +43,7 @@ from .adapters import (
     resolve_adapter,
 )
 from .attention import attention_rows, proxy_rows, routed_attention
+from .projections import head_width, hook_queries_and_keys
 from .inputs import CaptureRequest, SampleLayout, encode_requests
 from .readout import readout_indices, validate_positions
 
@@ -68,7 +71,9 @@ class HeadCapture:
         image_spans: N half-open ``(start, end)`` token spans, first to last image token of each image.
         readout_indices: P token indices of the readout positions.
         positions: P readout position names (App. G).
-        n_layers, n_heads, head_dim: L, H and d_h of the language model.
+        n_layers, n_heads, head_dim: L, H and d_h of the language model; L counts its attention
+            layers (`adapters.attention_layers`: a hybrid decoder's linear-attention layers hold no
+            heads), grid row l being the l-th of them.
         mode: ``exact``, ``proxy`` or ``proxy_causal``.
         head_dims: L head widths, one per layer (each d_h unless layers differ).
         needle_mass, needle_mass_eq3: [L, H] attention mass of each head at the last prefill
@@ -126,7 +131,8 @@ class _Recorder:
         self.modules = attention_modules(model, adapter)
         self.rows, self.span_weights, self.token_weights, self.padding = rows, span_weights, token_weights, padding
         self.heads = model.config.get_text_config().num_attention_heads
-        self.head_dims = tuple(module.head_dim for module in self.modules)
+        self.head_dims = tuple(head_width(module) for module in self.modules)
+        self._index = {module: index for index, module in enumerate(self.modules)}  # grid row of each module
         self.head_dim = max(self.head_dims)
         # Eq. 3 keys: each layer's own k_proj, or the earlier one a KV-shared layer reuses; only
         # keys a later layer still needs outlive their own layer's proxy.
@@ -167,11 +173,10 @@ class _Recorder:
             sliding_window=kwargs.get("sliding_window", getattr(module, "sliding_window", None)),
             softcap=kwargs.get("softcap"),
         )
-        self.pointer[:, :, module.layer_idx] = self._span_mass(probs)
+        self.pointer[:, :, self._index[module]] = self._span_mass(probs)
 
-    def _read_projection(self, layer: int, which: str, _module, _args, output):
-        states = output.reshape(*output.shape[:2], -1, self.head_dims[layer])
-        if which == "k_proj":
+    def _read_projection(self, layer: int, which: str, states: torch.Tensor):
+        if which == "key":
             self._keys[layer] = states
         else:
             self._queries[layer] = _rows_of(states, self.rows)
@@ -195,15 +200,26 @@ class _Recorder:
             for layer, module in enumerate(self.modules):
                 o_proj = projection(module, self.adapter, "o_proj")
                 handles.append(o_proj.register_forward_pre_hook(functools.partial(self._read_head_output, layer)))
-                for which in ("q_proj", "k_proj") if self.key_sources[layer] == layer else ("q_proj",):
-                    hook = functools.partial(self._read_projection, layer, which)
-                    handles.append(projection(module, self.adapter, which).register_forward_hook(hook))
+                handles += hook_queries_and_keys(
+                    module, self.heads, self.key_sources[layer] == layer,
+                    functools.partial(self._read_projection, layer, "query"),
+                    functools.partial(self._read_projection, layer, "key"), self.adapter.q_proj, self.adapter.k_proj)
             callbacks = [(module, self._read_attention) for module in self.modules]
             with routed_attention(language_model(self.model, self.adapter), callbacks):
                 yield
         finally:
             for handle in handles:
                 handle.remove()
+
+
+def _last_logits(model: nn.Module, inputs, last: torch.Tensor, cache) -> torch.Tensor:
+    """[B, V] next-token logits at each row's last prefill position (`last`: [B, 1] indices), with
+    ``logits_to_keep`` where the model's forward takes it (as ``GenerationMixin`` checks), else
+    gathered from the full logits (Qwen2.5-Omni / Qwen3-Omni thinkers, VideoLLaMA3)."""
+    keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    kwargs = {"logits_to_keep": last} if keep else {}
+    logits = model(**inputs, use_cache=cache is not None, cache=cache, **kwargs).logits
+    return logits[:, 0] if keep else _rows_of(logits, last)[:, 0]
 
 
 def capture_encoded(
@@ -246,7 +262,7 @@ def capture_encoded(
     span_weights, token_weights = _per_image_weights(layouts, inputs["input_ids"].shape[1], device, needles)
     recorder = _Recorder(model, adapter, mode, rows, span_weights, token_weights, inputs["attention_mask"].bool())
     with torch.no_grad(), recorder.recording():
-        logits = model(**inputs, use_cache=cache is not None, cache=cache, logits_to_keep=last).logits[:, 0]
+        logits = _last_logits(model, inputs, last, cache)
     answer_ids = None if answer_tokens is None else torch.tensor(list(answer_tokens), device=device)
     captures = []
     n_points = len(positions)

@@ -205,7 +205,8 @@ def _derived_inputs(processor, adapter: ModelAdapter, requested: int | None) -> 
     except UserInputError:
         side = None
     record = {"family": adapter.name, "side": side, "side_source": "processor", "square_resize": None,
-              "call_kwargs": dict(call_kwargs), "lone_images": False, "derived": True, "source": adapter.images.source}
+              "call_kwargs": dict(call_kwargs), "lone_images": False, "derived": True, "source": adapter.images.source,
+              "conformance_tested": adapter.conformance_tested}
     return ImageCall(side, lambda image: image, call_kwargs, False, record)
 
 

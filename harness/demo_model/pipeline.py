@@ -15,12 +15,6 @@ import json
 from pathlib import Path
 
 from harness.constants import ARTIFACTS_FOLDER, ICIR_MCQ_GROUP
-from icir_mcq.build import build_icir_mcq
-from icir_mcq.cli import print_build_summary
-from icir_mcq.needle import build_text_needle
-from icir_mcq.toy import write_toy_corpus
-from vhs_adapter.build import build_vhs
-from vhs_adapter.toy_questions import write_toy_vhs_questions
 
 DEMO_VHS_SIZES = (2, 5, 10)
 DISCOVERY_TASK = ICIR_MCQ_GROUP
@@ -33,8 +27,15 @@ NEEDLE_SAMPLES, NEEDLE_IMAGES = 40, 5  # the App. K text needle probe, demo-size
 
 def build_demo_data(args: argparse.Namespace) -> None:
     """Write ``OUT/toy``, ``OUT/icir_mcq`` and ``OUT/vhs`` (each replaced if present); print what was built."""
-    # Imported here: `icir --help` should not pay for torch (the demo model's data module needs it).
+    # Imported here: `icir --help` should not pay for torch and datasets (the demo model's data module
+    # and the builders need them) nor for the toy writers.
     from harness.demo_model.data import DEMO_PASSAGES, DEMO_WORLD, MAX_PASSAGE_CHARS
+    from icir_mcq.build import build_icir_mcq
+    from icir_mcq.cli import print_build_summary
+    from icir_mcq.needle import build_text_needle
+    from icir_mcq.toy import write_toy_corpus
+    from vhs_adapter.build import build_vhs
+    from vhs_adapter.toy_questions import write_toy_vhs_questions
 
     corpus = write_toy_corpus(args.out / "toy", args.images, seed=args.seed, overwrite=True, world=DEMO_WORLD)
     print(f"toy corpus: {corpus.n_images} images, {corpus.n_captions} captions, {corpus.n_contexts} "

@@ -14,10 +14,9 @@ from typing import Any
 
 from harness.ablation.run import ABLATION_FOLDER
 from harness.activation_store import file_sha256
-from harness.constants import ARTIFACTS_FOLDER
+from harness.constants import ARTIFACTS_FOLDER, WRITER_PROBES_SETTINGS
 from harness.leaderboard.entries import RESULTS_FOLDER, entry_key
 from harness.leaderboard.schema import MANIFEST, SCHEMA_VERSION, STAGE_KEYS, UNIT_SUFFIXES
-from harness.metrics.probes import SETTINGS_FILE as PROBE_SETTINGS
 from harness.protocol import PROTOCOL_FILE
 from icir_common import UserInputError, read_json
 
@@ -89,7 +88,7 @@ def _stage_inputs(run_folder: Path, unit: str, record: Mapping[str, Any], copies
         source = record["settings"].get(key)
         if not source:
             continue
-        path = Path(source) / PROBE_SETTINGS if key == "writer_probes" else Path(source)
+        path = Path(source) / WRITER_PROBES_SETTINGS if key == "writer_probes" else Path(source)
         if not path.is_file():
             raise UserInputError(f"{unit} used {key}={source}, and {path} is gone; "
                                  "the validator needs it to recompute the votes")

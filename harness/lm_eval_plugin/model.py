@@ -22,6 +22,8 @@ and the generated text); the head metrics are computed after lm-eval by `harness
 
 from __future__ import annotations
 
+import importlib.util
+
 import atexit
 import json
 import logging
@@ -39,11 +41,7 @@ from tqdm import tqdm
 
 from harness.activation_store import ActivationStore, check_store_folder
 from harness.capture import MODES, CaptureRequest, answer_token_ids
-from harness.capture.adapters import (
-    ADAPTERS,
-    image_token_id,
-    resolve_adapter,
-)
+from harness.capture.adapters import ADAPTERS, attention_layers, image_token_id, register_adapter, resolve_adapter
 from harness.capture.attention import SUPPORTED_KERNELS
 from harness.capture.engine import capture_encoded
 from harness.capture.image_inputs import resolve_image_inputs
@@ -80,19 +78,23 @@ def parse_readout(readout: Any) -> tuple[str, ...]:
     return validate_positions([f"+{int(i)}" if isinstance(i, (int, float)) else str(i).strip() for i in items])
 
 
-def check_architecture(pretrained: str, revision: str | None, trust_remote_code: bool):
-    """The model's config, read without its weights; a clear `UserInputError` when head capture
-    cannot measure `pretrained`'s architecture: the model is built from the config on the meta
-    device (no memory, no weights) and given to `adapters.resolve_adapter`, whose refusal names
-    the architecture and the reason."""
+def check_architecture(pretrained: str, revision: str | None, trust_remote_code: bool,
+                       allow_untested: bool = False) -> tuple[Any, tuple[int, int]]:
+    """The model's config and the L x H grid of heads the capture records, read without its
+    weights; a clear `UserInputError` when head capture cannot measure `pretrained`'s architecture:
+    the model is built from the config on the meta device (no memory, no weights) and given to
+    `adapters.resolve_adapter` (with `allow_untested`), whose refusal names the architecture and
+    the reason. L counts the attention layers (`adapters.attention_layers`: a hybrid decoder's
+    linear-attention layers hold no heads)."""
     try:
         config = transformers.AutoConfig.from_pretrained(
             pretrained, revision=revision, trust_remote_code=trust_remote_code
         )
     except (OSError, ValueError) as err:
         raise UserInputError(f"cannot read a model config from {pretrained!r}: {err}") from None
+    text = config.get_text_config()
     if any(adapter.matches(config) for adapter in ADAPTERS):
-        return config
+        return config, (int(text.num_hidden_layers), int(text.num_attention_heads))
     try:
         with torch.device("meta"):
             skeleton = transformers.AutoModelForImageTextToText.from_config(config, trust_remote_code=trust_remote_code)
@@ -101,10 +103,10 @@ def check_architecture(pretrained: str, revision: str | None, trust_remote_code:
                              f"AutoModelForImageTextToText cannot build; {MODEL_NAME} captures the heads of "
                              "LVLMs (docs/models.md lists the model types)") from None
     try:
-        resolve_adapter(skeleton)
+        adapter = resolve_adapter(skeleton, allow_untested)
     except UserInputError as err:
         raise UserInputError(f"{pretrained}: {err}") from None
-    return config
+    return config, (len(attention_layers(skeleton, adapter)), int(text.num_attention_heads))
 
 
 def check_load_arguments(model_args: Mapping[str, Any]) -> None:
@@ -112,6 +114,8 @@ def check_load_arguments(model_args: Mapping[str, Any]) -> None:
     ``dtype`` (``auto`` or the name of a torch dtype), ``attn_implementation`` (a kernel the head
     capture wraps, `harness.capture.attention.SUPPORTED_KERNELS`) and ``store`` (a folder, or a path
     where one can be made, whose settings file reads: `check_store_folder`). Absent ones pass.
+
+    ``flash_attention_2`` also needs the flash-attn package (the ``[flash]`` extra).
 
     Raises:
         UserInputError: the first bad argument, naming it and what to give instead.
@@ -124,6 +128,9 @@ def check_load_arguments(model_args: Mapping[str, Any]) -> None:
     if kernel is not None and kernel not in SUPPORTED_KERNELS:
         raise UserInputError(f"attn_implementation {kernel!r} is not an attention kernel the head capture wraps; "
                              f"give one of {', '.join(SUPPORTED_KERNELS)}")
+    if kernel == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        raise UserInputError("attn_implementation=flash_attention_2 needs flash-attn, which is not installed: "
+                             "pip install 'image-retrieval-heads[flash]' (CUDA), or give attn_implementation=sdpa")
     if model_args.get("store"):
         check_store_folder(model_args["store"])
 
@@ -205,6 +212,9 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
             (`declared_image_side`). Only families whose side may change take another.
         attn_implementation: the attention kernel the model runs on (``sdpa``, ``eager``,
             ``flash_attention_2``); the capture wraps it.
+        untested_architecture: measure a model type no tiny model conformance-tests
+            (docs/models.md) on the adapter derived from its layout; the protocol record names
+            it as a deviation. Off by default: such a model type is refused at load.
         max_length: ``hf-multimodal``'s argument; here a limit only: a document whose prompt
             (plus the tokens to generate) is longer is refused, never truncated.
 
@@ -228,6 +238,7 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         store_flush: int = STORE_FLUSH,
         image_budget: int | str | None = None,
         attn_implementation: str = "sdpa",
+        untested_architecture: bool = False,
         **kwargs,
     ) -> None:
         if pointer_mode not in MODES:
@@ -238,17 +249,21 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         self.pointer_mode = pointer_mode
         if pretrained is None or isinstance(pretrained, str):
             pretrained = str(pretrained or default_model_path())
-            check_architecture(pretrained, kwargs.get("revision"), bool(kwargs.get("trust_remote_code", False)))
+            check_architecture(pretrained, kwargs.get("revision"), bool(kwargs.get("trust_remote_code", False)),
+                               bool(untested_architecture))
         check_load_arguments({"dtype": kwargs.get("dtype"), "attn_implementation": attn_implementation,
                               "store": store})
         super().__init__(pretrained, attn_implementation=attn_implementation, **kwargs)
         self._use_accelerate_ranks()
+        adapter = resolve_adapter(self.model, bool(untested_architecture))
+        if not adapter.conformance_tested:
+            register_adapter(adapter)  # every later capture of this process takes the opted-in adapter
         side, side_source = image_side(image_budget, str(self.pretrained))
-        self.image_call = resolve_image_inputs(self.processor, resolve_adapter(self.model), side)
+        self.image_call = resolve_image_inputs(self.processor, adapter, side)
         if side_source == "model":
             self.image_call.record["side_source"] = "model"
-        text_config = self.model.config.get_text_config()
-        self.n_layers, self.n_heads = int(text_config.num_hidden_layers), int(text_config.num_attention_heads)
+        self.n_layers = len(attention_layers(self.model, adapter))
+        self.n_heads = int(self.model.config.get_text_config().num_attention_heads)
         self.heads_ranking = None if heads_ranking is None else str(Path(heads_ranking).resolve())
         self.writer_probes = None if writer_probes is None else str(Path(writer_probes).resolve())
         if self.heads_ranking:

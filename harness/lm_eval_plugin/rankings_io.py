@@ -15,14 +15,16 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from harness.constants import POINTER_SCORES, VOTE_KS
-from harness.metrics.probes import WriterProbes
 from harness.metrics.rankings import as_flat_indices, head_ranking, ranking_names
 from icir_common import UserInputError
+
+if TYPE_CHECKING:
+    from harness.metrics.probes import WriterProbes
 
 RANKING_FORMAT = "head-ranking/1"
 
@@ -108,6 +110,8 @@ def load_writer_probes(path: str | os.PathLike, n_layers: int, n_heads: int) -> 
         UserInputError: unreadable folder, probes of another L x H, or probes without writer R@1
             (the ranking needs it).
     """
+    from harness.metrics.probes import WriterProbes  # needs torch, which reading ranking files does not
+
     probes = WriterProbes.load(path)
     if (probes.n_layers, probes.n_heads) != (n_layers, n_heads):
         raise UserInputError(

@@ -2,56 +2,30 @@
 
 Sources: paper Eq. 1-5, §4-5, App. C.2, D, E.2, H, I. Per-head grids are ``[L, H]``; heads print
 as ``LxxHyy`` (:mod:`icir_common`).
+
+The names below are imported from their submodules on first use (`icir_common.lazy_exports`),
+so the numpy-only ones (``harness.metrics.rankings``, ``.vote``, ``.pointer``: what ``icir
+report`` and the leaderboard read with) load without torch, which the candidates, probes and
+writer modules need.
 """
 
-from harness.metrics.candidates import InContextCandidates
-from harness.metrics.pointer import pointer_r1, pointer_votes
-from harness.metrics.probes import WriterProbes, image_pool
-from harness.metrics.rankings import (
-    CorrelationDifference,
-    SetPartition,
-    chance_overlap,
-    compare_rankings,
-    correlation_difference_ci,
-    grid_by_name,
-    head_ranking,
-    layer_max_correlation,
-    pearson,
-    ranking_names,
-    set_partition,
-    spearman,
-    top_heads,
-    top_k_overlap,
-)
-from harness.metrics.vote import DEFAULT_KS, NO_VOTE, majority_vote, top_k_predictions, vote_r1_curve
-from harness.metrics.writer import WriterFit, WriterProbeConfig, fit_writer_probes
+from icir_common import lazy_exports
 
-__all__ = [
-    "DEFAULT_KS",
-    "NO_VOTE",
-    "CorrelationDifference",
-    "InContextCandidates",
-    "SetPartition",
-    "WriterFit",
-    "WriterProbeConfig",
-    "WriterProbes",
-    "chance_overlap",
-    "compare_rankings",
-    "correlation_difference_ci",
-    "fit_writer_probes",
-    "grid_by_name",
-    "head_ranking",
-    "image_pool",
-    "layer_max_correlation",
-    "majority_vote",
-    "pearson",
-    "pointer_r1",
-    "pointer_votes",
-    "ranking_names",
-    "set_partition",
-    "spearman",
-    "top_heads",
-    "top_k_overlap",
-    "top_k_predictions",
-    "vote_r1_curve",
-]
+# Each public name and the submodule that defines it.
+_SOURCES = {
+    "InContextCandidates": "candidates",
+    "pointer_r1": "pointer",
+    "pointer_votes": "pointer",
+    "WriterProbes": "probes",
+    "image_pool": "probes",
+    **dict.fromkeys((
+        "CorrelationDifference", "SetPartition", "chance_overlap", "compare_rankings", "correlation_difference_ci",
+        "grid_by_name", "head_ranking", "layer_max_correlation", "pearson", "ranking_names", "set_partition",
+        "spearman", "top_heads", "top_k_overlap",
+    ), "rankings"),
+    **dict.fromkeys(("DEFAULT_KS", "NO_VOTE", "majority_vote", "top_k_predictions", "vote_r1_curve"), "vote"),
+    **dict.fromkeys(("WriterFit", "WriterProbeConfig", "fit_writer_probes"), "writer"),
+}
+
+__all__ = sorted(_SOURCES)
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

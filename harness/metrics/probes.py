@@ -27,6 +27,7 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
+from harness.constants import WRITER_PROBES_SETTINGS as SETTINGS_FILE
 from harness.metrics.candidates import InContextCandidates, as_cpu_tensor
 from harness.metrics.rankings import as_flat_indices, ranking_names
 from harness.metrics.vote import NO_VOTE
@@ -34,7 +35,6 @@ from icir_common import UserInputError
 
 FORMAT = "writer-probes/1"
 WEIGHTS_FILE = "writer_probes.safetensors"
-SETTINGS_FILE = "writer_probes.json"
 PARAMETER_NAMES = ("f_weight", "f_bias", "g_weight", "g_bias")
 _SETTINGS_KEYS = ("n_layers", "n_heads", "head_dim", "d_model", "proj_dim", "heads")
 # Fixed block sizes for scoring: they bound memory, and being fixed keep results identical.

@@ -16,7 +16,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.stats
 
 from icir_common import UserInputError, flat_head_name, head_name, parse_head_name
 
@@ -108,8 +107,10 @@ def correlation(x: np.ndarray, y: np.ndarray, method: str = "pearson", axis: int
     x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)
     y = np.moveaxis(np.asarray(y, dtype=np.float64), axis, -1)
     if method == "spearman":
-        x = scipy.stats.rankdata(x, axis=-1)
-        y = scipy.stats.rankdata(y, axis=-1)
+        from scipy.stats import rankdata  # scipy.stats takes seconds to import; only Spearman needs it
+
+        x = rankdata(x, axis=-1)
+        y = rankdata(y, axis=-1)
     x = x - x.mean(axis=-1, keepdims=True)
     y = y - y.mean(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -264,6 +265,8 @@ def correlation_difference_ci(
 
     Raises ``UserInputError`` for grids of different shapes or a constant grid.
     """
+    from scipy.stats import bootstrap
+
     reference, a = _check_pair(reference, a)
     reference, b = _check_pair(reference, b)
     x, ya, yb = reference.ravel(), a.ravel(), b.ravel()
@@ -273,7 +276,7 @@ def correlation_difference_ci(
     def statistic(x, ya, yb, axis=-1):
         return correlation(x, ya, method, axis) - correlation(x, yb, method, axis)
 
-    result = scipy.stats.bootstrap(
+    result = bootstrap(
         (x, ya, yb),
         statistic,
         n_resamples=n_resamples,

@@ -22,6 +22,8 @@ their pretraining resolution; the embedding model keeps its pixel budget).
 
 from __future__ import annotations
 
+import importlib.util
+
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,8 +69,9 @@ class RetrieverSpec:
         mode included, which then fails with the error below).
 
         Raises:
-            UserInputError: no ``config.json`` at the path, or a model type that is not one of
-                the kind's (`MODEL_TYPES`), naming both.
+            UserInputError: no ``config.json`` at the path, a model type that is not one of the
+                kind's (`MODEL_TYPES`), naming both, or (CLIP / SigLIP) open_clip missing, naming the
+                ``[retrievers]`` extra.
         """
         local = Path(self.path).expanduser()
         if local.is_dir():
@@ -90,6 +93,9 @@ class RetrieverSpec:
             raise UserInputError(
                 f"--retriever {self.kind}={self.path}: {config_file} is a {model_type!r} model, not a "
                 f"{self.kind} retriever (model_type {' or '.join(MODEL_TYPES[self.kind])})")
+        if self.kind != "qwen3vl-embedding" and importlib.util.find_spec("open_clip") is None:
+            raise UserInputError(f"--retriever {self.kind}: the template ensemble needs open_clip, which is not "
+                                 "installed: pip install 'image-retrieval-heads[retrievers]'")
         return model_type
 
 

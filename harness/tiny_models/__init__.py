@@ -19,11 +19,33 @@ from icir_common import UserInputError, atomic_output_dir
 
 from .parts import TextSizes
 
-# The families of the adapter table (the paper's image inputs), then families whose adapter is
-# derived from transformers' common layout (`harness.capture.adapters.derive_adapter`).
-TABLE_ARCHS = ("qwen3_vl", "qwen2_5_vl", "internvl", "llava_onevision", "llava_pixtral", "gemma3")
-DERIVED_ARCHS: tuple[str, ...] = ("qwen2_vl", "llava_clip", "llava_next", "mistral3", "qwen3_vl_moe", "glm4v", "idefics3", "smolvlm", "gemma4", "deepseek_vl")
+# Each tiny family and the transformers model type it builds: first the families of the adapter
+# table (the paper's image inputs), then families whose adapter is derived from transformers' common
+# layout (`harness.capture.adapters.derive_adapter`). These model types are the conformance-tested
+# ones: the capture refuses a derived adapter for any other unless a user opts in.
+TABLE_FAMILIES: dict[str, str] = {
+    "qwen3_vl": "qwen3_vl", "qwen2_5_vl": "qwen2_5_vl", "internvl": "internvl",
+    "llava_onevision": "llava_onevision", "llava_pixtral": "llava", "gemma3": "gemma3",
+}
+DERIVED_FAMILIES: dict[str, str] = {
+    "qwen2_vl": "qwen2_vl", "llava_clip": "llava", "llava_next": "llava_next", "mistral3": "mistral3",
+    "qwen3_vl_moe": "qwen3_vl_moe", "glm4v": "glm4v", "idefics3": "idefics3", "smolvlm": "smolvlm",
+    "gemma4": "gemma4", "deepseek_vl": "deepseek_vl",
+    **{name: name for name in (
+        "vipllava", "video_llava", "llava_next_video", "fast_vlm", "aria",
+        "glm46v", "glm4v_moe", "glm_ocr", "glmga", "cohere2_vision",
+        "granite_docling", "gemma4_unified",
+        "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "paddleocr_vl", "video_llama_3", "ernie4_5_vl_moe",
+        "janus", "deepseek_vl_hybrid", "lighton_ocr", "ovis2",
+        "molmo2", "lfm2_vl", "hyperclovax_vision_v2", "qianfan_ocr",
+        "exaone4_5", "cosmos3_omni", "muse_glimmer", "muse_spark",
+        "qwen3_5", "qwen3_5_moe", "lfm3_vl", "kimi_k25",
+    )},
+}
+TABLE_ARCHS: tuple[str, ...] = tuple(TABLE_FAMILIES)
+DERIVED_ARCHS: tuple[str, ...] = tuple(DERIVED_FAMILIES)
 ARCHS = TABLE_ARCHS + DERIVED_ARCHS
+TESTED_MODEL_TYPES: frozenset[str] = frozenset({**TABLE_FAMILIES, **DERIVED_FAMILIES}.values())
 
 
 def _arch_module(arch: str):

@@ -86,19 +86,25 @@ DESCRIPTION = {
 }
 
 
-def build_processor() -> Gemma4Processor:
-    """Gemma 4 processor with a freshly trained tokenizer; every image resized (aspect ratio kept)
-    to at most 70 soft tokens of 3x3 pooled 16-px patches (64 for a 64x64 image)."""
+def gemma4_processor(processor_class, feature_extractor_class, image_processor_class, video_processor_class):
+    """`processor_class` (Gemma 4 or Gemma 4 Unified) from its parts' classes, a freshly trained
+    Gemma 4 tokenizer, and images resized (aspect ratio kept) to at most `SOFT_TOKEN_BUDGET` soft
+    tokens of `POOLING` x `POOLING` pooled `PATCH_SIZE`-px patches."""
     tokenizer = gemma_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE, MARKERS, eos_token="<turn|>")
     sizes = {"patch_size": PATCH_SIZE, "max_soft_tokens": SOFT_TOKEN_BUDGET, "pooling_kernel_size": POOLING}
-    return Gemma4Processor(
-        feature_extractor=Gemma4AudioFeatureExtractor(),
-        image_processor=Gemma4ImageProcessor(**sizes),
+    return processor_class(
+        feature_extractor=feature_extractor_class(),
+        image_processor=image_processor_class(**sizes),
         tokenizer=tokenizer,
-        video_processor=Gemma4VideoProcessor(**sizes),
+        video_processor=video_processor_class(**sizes),
         chat_template=CHAT_TEMPLATE,
         image_seq_length=SOFT_TOKEN_BUDGET,
     )
+
+
+def build_processor() -> Gemma4Processor:
+    """Gemma 4 processor (`gemma4_processor`): 64 soft tokens for a 64x64 image."""
+    return gemma4_processor(Gemma4Processor, Gemma4AudioFeatureExtractor, Gemma4ImageProcessor, Gemma4VideoProcessor)
 
 
 def build_model(processor: Gemma4Processor, sizes: TextSizes, seed: int, attn_implementation: str):

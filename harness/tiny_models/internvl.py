@@ -74,6 +74,12 @@ def build_processor() -> InternVLProcessor:
     )
 
 
+def internvl_vision_config() -> dict:
+    """Tiny InternViT: 2 layers of width 32, 2 heads, on `TILE_SIZE`-px tiles of `PATCH_SIZE`-px patches."""
+    return {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+            "image_size": [TILE_SIZE, TILE_SIZE], "patch_size": [PATCH_SIZE, PATCH_SIZE]}
+
+
 def build_model(processor: InternVLProcessor, sizes: TextSizes, seed: int, attn_implementation: str):
     """Random `InternVLForConditionalGeneration` (Qwen2 text model) with `sizes`."""
     tokenizer = processor.tokenizer
@@ -82,14 +88,7 @@ def build_model(processor: InternVLProcessor, sizes: TextSizes, seed: int, attn_
             "model_type": "qwen2",
             **sizes.text_config(tokenizer, rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0}),
         },
-        vision_config={
-            "hidden_size": 32,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "intermediate_size": 64,
-            "image_size": [TILE_SIZE, TILE_SIZE],
-            "patch_size": [PATCH_SIZE, PATCH_SIZE],
-        },
+        vision_config=internvl_vision_config(),
         image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
         image_seq_length=IMAGE_SEQ_LENGTH,
         downsample_ratio=DOWNSAMPLE_RATIO,

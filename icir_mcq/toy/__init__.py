@@ -1,6 +1,13 @@
-"""A toy world of rendered shapes written as COCO 2017 + MM-NIAH files, for tests, demos and benches."""
+"""A toy world of rendered shapes written as COCO 2017 + MM-NIAH files, for tests, demos and benches.
 
-from icir_mcq.toy.corpus import ToyCorpus, write_toy_corpus
-from icir_mcq.toy.shapes import CATEGORIES, ShapeCategory
+The names below are imported from their submodules on first use (`icir_common.lazy_exports`), so
+reading the worlds (`icir_mcq.toy.worlds`, what ``icir toy-corpus --help`` lists) loads no image
+or COCO library.
+"""
 
-__all__ = ["CATEGORIES", "ShapeCategory", "ToyCorpus", "write_toy_corpus"]
+from icir_common import lazy_exports
+
+_SOURCES = {"CATEGORIES": "shapes", "ShapeCategory": "shapes", "ToyCorpus": "corpus", "write_toy_corpus": "corpus"}
+
+__all__ = sorted(_SOURCES)
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)
