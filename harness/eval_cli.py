@@ -26,7 +26,8 @@ not the ones the run recorded; it writes nothing until every results file is ana
 Datasets: ``--metadata icir_mcq_data=DIR vhs_data=DIR`` or ``ICIR_MCQ_DATA`` / ``ICIR_VHS_DATA``.
 Data parallel on CPUs: ``ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2
 -m harness.eval_cli ARGS`` (drop ``ACCELERATE_USE_CPU`` on GPUs). W&B / Trackio logging flags of
-lm-eval are not supported here.
+lm-eval are refused in one line, as is ``--use_cache`` (lm-eval's response cache holds no head
+captures).
 """
 
 from __future__ import annotations
@@ -126,12 +127,20 @@ def _simple_evaluate_kwargs(cfg, tracker) -> dict:
 
 
 def save_and_print(results: dict, tracker, header: str) -> None:
-    """Save lm-eval's results (and logged samples) with its tracker; print its tables and the head summary."""
-    from lm_eval.utils import make_table
+    """Save lm-eval's results (and logged samples) with its tracker; print its tables and the head summary.
+
+    The chat template the model class rendered every prompt with (``config["chat_template"]``) is
+    recorded in the tracker's ``chat_template`` / ``chat_template_sha`` fields, which lm-eval fills
+    only under ``--apply_chat_template``."""
+    from lm_eval.utils import hash_string, make_table
 
     from harness.analyze import format_summaries
 
     samples = results.pop("samples", None)
+    template = results.get("config", {}).pop("chat_template", None)  # the model's (get_model_info)
+    if template is not None and tracker.general_config_tracker.chat_template is None:
+        tracker.general_config_tracker.chat_template = template
+        tracker.general_config_tracker.chat_template_sha = hash_string(template)
     tracker.save_results_aggregated(results=results, samples=samples)
     if samples is not None:
         for task_name in results["configs"]:
@@ -168,6 +177,10 @@ def run(args: argparse.Namespace) -> int:
 
     overwrite = "--overwrite" in argv  # ours, not lm-eval's: replace another run's artifact folders
     cfg = lm_eval_config([arg for arg in argv if arg != "--overwrite"])
+    loggers = [flag for flag, value in (("--wandb_args", cfg.wandb_args), ("--trackio_args", cfg.trackio_args)) if value]
+    if loggers:
+        raise UserInputError(f"{' and '.join(loggers)}: icir eval does not log the head metrics through lm-eval's "
+                             "loggers; drop the flag (the results JSON and icir_artifacts/ hold every metric)")
     setup_logging()
     if cfg.output_path:
         cfg.hf_hub_log_args["output_path"] = cfg.output_path
@@ -275,7 +288,7 @@ class _StagedFile:
 
 def _report(results: dict) -> str:
     """What ``icir analyze`` prints for an analysed results dict: protocol line, lm-eval's tables, head summary."""
-    from lm_eval.utils import make_table
+    from lm_eval.utils import hash_string, make_table
 
     from harness.analyze import format_summaries
     from harness.protocol import header as protocol_header

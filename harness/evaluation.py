@@ -243,7 +243,8 @@ def evaluate(
         None on processes other than rank 0 of a data-parallel run.
 
     Raises:
-        UserInputError: unknown task names, a missing dataset folder, an unsupported model, ...
+        UserInputError: unknown task names, a missing dataset folder, an unsupported model,
+            ``use_cache`` (lm-eval's response cache has no head captures), ...
     """
     import lm_eval
 
@@ -251,6 +252,10 @@ def evaluate(
     from harness.analyze import analyze_results
     from harness.tasks.utils import check_data_folders
 
+    if simple_evaluate_kwargs.get("use_cache"):
+        raise UserInputError("--use_cache answers documents from lm-eval's response cache, which holds no head "
+                             "captures, so the head metrics would be missing: drop it (a run with the same "
+                             "store=DIR or --output_path resumes from its activation store instead)")
     model_args = parse_model_args(model_args)
     temporary = None
     if model == MODEL_NAME:

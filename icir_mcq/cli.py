@@ -7,6 +7,10 @@ from pathlib import Path
 
 from icir_mcq.sampling import PASSAGE_RULES
 
+# The folders the builders write by default: the dataset names `load_dataset(NAME)` reads locally.
+MCQ_FOLDER = "icir-mcq"
+NEEDLE_FOLDER = "icir-needle"
+
 MAX_PRINTED_VIOLATIONS = 50
 
 
@@ -67,7 +71,9 @@ def register(subparsers) -> None:
     build = subparsers.add_parser("build-mcq", help="build the ICIR-MCQ folder from COCO 2017 and MM-NIAH")
     build.add_argument("--coco", type=Path, required=True, help="COCO 2017 root (annotations/, train2017/, val2017/)")
     build.add_argument("--mmniah", type=Path, nargs="+", required=True, help="MM-NIAH retrieval-image.jsonl file(s)")
-    build.add_argument("--out", type=Path, required=True, help="output folder (must not exist unless --overwrite)")
+    build.add_argument("--out", type=Path, default=Path(MCQ_FOLDER),
+                       help=f"output folder, {MCQ_FOLDER} by default, so that load_dataset({MCQ_FOLDER!r}) reads it "
+                            "from here (must not exist unless --overwrite)")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--configs", type=comma_list, default=["n5", "n6"], help="comma list of n<N> (default n5,n6)")
     build.add_argument("--samples", type=int, default=3000,
@@ -86,7 +92,8 @@ def register(subparsers) -> None:
     needle = subparsers.add_parser("build-needle", help="build the text needle-in-a-haystack folder (App. K)")
     needle.add_argument("--coco", type=Path, required=True, help="COCO 2017 root: the filler images")
     needle.add_argument("--mmniah", type=Path, nargs="+", required=True, help="MM-NIAH retrieval-image.jsonl file(s)")
-    needle.add_argument("--out", type=Path, required=True, help="output folder (must not exist unless --overwrite)")
+    needle.add_argument("--out", type=Path, default=Path(NEEDLE_FOLDER),
+                        help=f"output folder, {NEEDLE_FOLDER} by default (must not exist unless --overwrite)")
     needle.add_argument("--seed", type=int, default=0)
     needle.add_argument("--samples", type=int, default=300, help="records (default 300; the paper has 291)")
     needle.add_argument("--images", type=int, default=10, help="filler images per record (default 10)")

@@ -65,15 +65,17 @@ def render_card(
     """Render ``dataset_cards/<template_name>`` into a README.md with YAML front matter.
 
     ``configs`` maps config name to its features; the front matter lists each config's
-    data_files and features in the form the Hub and ``load_dataset`` read, after the optional
+    data_files and features in the form the Hub and ``load_dataset`` read (the first config is the
+    ``default``, the one ``load_dataset(folder)`` loads without a config name), after the optional
     Hub card ``metadata`` (``license``, ``pretty_name``, ``task_categories``...). ``context``
     fills ``{placeholders}`` of the template body (``str.format`` syntax).
     """
     front = {
         **(metadata or {}),
         "configs": [
-            {"config_name": name, "data_files": [{"split": split, "path": config_data_path(name, split)}]}
-            for name in configs
+            {"config_name": name, "data_files": [{"split": split, "path": config_data_path(name, split)}],
+             **({"default": True} if index == 0 else {})}
+            for index, name in enumerate(configs)
         ],
         "dataset_info": [
             {"config_name": name, "features": features._to_yaml_list()} for name, features in configs.items()

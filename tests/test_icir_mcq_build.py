@@ -235,3 +235,16 @@ def test_uncaptioned_category_is_skipped_with_a_report(toy_corpus_copy, tmp_path
     assert "| heart | 16 |" in (out / "README.md").read_text()
     assert main(["validate-mcq", str(out)]) == 0
     assert "0 violation(s)" in capsys.readouterr().out
+
+
+def test_the_default_folder_is_the_name_load_dataset_reads(toy_corpus, tmp_path, monkeypatch):
+    """``icir build-mcq`` without --out writes ``icir-mcq/``; its card's first config is the default,
+    so ``load_dataset("icir-mcq")`` (no config name) loads it from the folder it was built in."""
+    from datasets import load_dataset
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["build-mcq", "--coco", str(toy_corpus / "coco"), "--mmniah", str(_mmniah(toy_corpus)),
+                 "--samples", "60", "--no-embed-images"]) == 0
+    assert (tmp_path / "icir-mcq" / "README.md").is_file()
+    dataset = load_dataset("icir-mcq", split="test", cache_dir=str(tmp_path / "cache"))
+    assert len(dataset) == len(_rows(tmp_path / "icir-mcq", "n5"))  # the default config: n5

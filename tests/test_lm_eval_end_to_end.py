@@ -370,3 +370,19 @@ def test_protocol_record_holds_the_runs_actual_settings(shared, tiny):
     tokens = {end - start for doc_spans in spans for start, end in doc_spans}
     assert dataset["visual_tokens_per_image"]["min"] == min(tokens) and dataset["visual_tokens_per_image"]["images"] == 5 * LIMIT
     assert results_of(shared / "ref_mcq")["icir"]["summaries"]["icir_mcq_n5"]["visual_tokens_per_image"] == dataset["visual_tokens_per_image"]
+
+
+def test_results_name_the_weights_and_the_chat_template(shared):
+    """lm-eval's results ``config.model_sha`` is the weights' identity (HFLM asks the Hub, which
+    knows no local folder) and its ``chat_template`` fields hold the template every prompt used."""
+    import hashlib
+
+    from transformers import AutoProcessor
+
+    from harness.protocol import weights_sha256
+
+    results = results_of(shared / "ref_mcq")
+    assert results["config"]["model_sha"] == f"sha256:{weights_sha256(shared / 'model')}"
+    template = AutoProcessor.from_pretrained(shared / "model").chat_template
+    assert results["chat_template"] == template and "chat_template" not in results["config"]
+    assert results["chat_template_sha"] == hashlib.sha256(template.encode()).hexdigest()

@@ -8,6 +8,8 @@ import pytest
 import transformers
 from PIL import Image
 
+from lm_eval_helpers import icir_args
+
 from harness.cli import main as icir_main
 from harness.eval_cli import run as eval_run
 from harness.tasks.utils import load_icir_mcq
@@ -78,3 +80,21 @@ def test_folder_without_embedded_images_needs_the_coco_root(shared, monkeypatch)
         assert [im.tobytes() for im in embedded[row]["images"]] == files
     with pytest.raises(UserInputError, match="has no config 'n7'"):
         load_icir_mcq("n7", icir_mcq_data=str(shared / "mcq"))
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--use_cache", "CACHE"), "--use_cache answers documents from lm-eval's response cache, which holds no head captures"),
+    (("--wandb_args", "project=icir"), "--wandb_args: icir eval does not log the head metrics through lm-eval's loggers"),
+    (("--trackio_args", "project=icir"), "--trackio_args: icir eval does not log the head metrics"),
+])
+def test_flags_that_would_drop_the_head_metrics_are_refused_before_the_model_loads(shared, tmp_path, capsys, monkeypatch,
+                                                                                   flags, message):
+    """A run answered from lm-eval's response cache reported ``acc`` alone; logger flags were ignored."""
+    import harness.lm_eval_plugin.model as plugin
+
+    monkeypatch.setattr(plugin.HFMultimodalHeadsLM, "_create_model", lambda *a, **k: pytest.fail("model loaded"))
+    flags = tuple(str(tmp_path / "cache") if flag == "CACHE" else flag for flag in flags)
+    assert icir_main(icir_args(shared, tmp_path / "out", *flags)) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("icir eval: error: ") and message in error
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()

@@ -14,6 +14,8 @@ from icir_mcq.toy.worlds import WORLDS
 from vhs_adapter.haystack import DEFAULT_SEED
 from vhs_adapter.question_files import DEFAULT_SIZES, DEFAULT_SUBSET, ORACLE, SUBSETS
 
+VHS_FOLDER = "icir-vhs"  # the folder build-vhs writes by default, the name load_dataset reads locally
+
 
 def _toy_corpus(args: argparse.Namespace) -> int:
     from icir_mcq.toy import write_toy_corpus
@@ -70,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--vhs", type=Path, required=True, help="the VHs_qa folder (or its parent)")
     parser.add_argument("--coco", type=Path, required=True, help="COCO 2017 root holding train2017/ and val2017/")
-    parser.add_argument("--out", type=Path, required=True, help="output dataset folder")
+    parser.add_argument("--out", type=Path, default=Path(VHS_FOLDER),
+                        help=f"output dataset folder, {VHS_FOLDER} by default (load_dataset({VHS_FOLDER!r}) reads it)")
     parser.add_argument(
         "--sizes",
         nargs="+",

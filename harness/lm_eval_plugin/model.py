@@ -323,6 +323,18 @@ class HFMultimodalHeadsLM(HFMultimodalLM):
         atexit.register(shutil.rmtree, path, True)
         return path
 
+    def get_model_info(self) -> dict[str, Any]:
+        """lm-eval's model info (``HFLM.get_model_info``, which lm-eval writes into the results'
+        ``config``) with ``model_sha`` the weights' identity the store recorded: the Hub commit, or
+        ``sha256:<weights sha256>`` of a local folder (HFLM asks the Hub, which knows no local
+        folder, and leaves it empty), and ``chat_template``: the processor's template every prompt
+        is rendered with (`harness.eval_cli.save_and_print` moves it to lm-eval's tracker)."""
+        info = super().get_model_info()
+        identity = self.store.settings["identity"]
+        info["model_sha"] = identity["commit"] or f"sha256:{identity['weights_sha256']}"
+        info["chat_template"] = getattr(self.processor, "chat_template", None)
+        return info
+
     def capture_settings(self) -> dict[str, Any]:
         """What every stored capture depends on (a store refuses records made otherwise): the
         model's identity (weights sha256 or Hub commit), dtype, kernel, chat template, Eq. 3 variant,
