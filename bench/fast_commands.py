@@ -9,11 +9,6 @@ corpus, 60 ICIR-MCQ n5 samples, ``icir eval`` of the shipped demo model on them,
 
 Targets: ``icir --help`` no slower than ``lm_eval --help``, ``icir report`` under 1.5 s on 2 cores.
 
-Measured (2 shared CPU cores, 9 rounds, 2026-12-02): ``python -c pass`` 0.03 s, ``lm_eval --help``
-0.41 s, ``icir --help`` 0.31 s (x0.77), ``icir report --table 1`` 0.35 s, ``icir leaderboard validate``
-0.39 s. Before the command modules imported their libraries lazily (3 rounds): ``icir --help`` 8.9 s,
-``icir report`` 8.2 s, ``icir leaderboard validate`` 8.4 s.
-
 Usage: ``python bench/fast_commands.py [--run OUTPUT/MODEL] [--submission DIR] [--repeats 5]``
 """
 
