@@ -518,35 +518,27 @@ def test_a_derived_familys_tiling_switch_is_turned_off(arch):
     forward_accepts(arch, inputs)
 
 
-def test_ovis2s_tiles_are_turned_off():
-    """Ovis2's processor tiles by default (``crop_to_patches``, up to 4 tiles + the whole image, as
-    the checkpoint does): 160x48 px makes a 1x3 grid of 64-px tiles plus the whole image, 4 runs of
-    4 tokens = 16; the capture's call turns it off, one 64-px tile (4x4 patches merged 2x2) each."""
-    model, processor, adapter = tiny("ovis2")
+# Families whose processor tiles by default (``crop_to_patches``), hand-worked with tiling on and
+# off (the capture's call), for 64x48, 48x64, 50x50 and 160x48 px:
+# - Ovis2: up to 4 tiles of 64 px + the whole image; 160x48 px makes a 1x3 grid plus the whole
+#   image, 4 runs of 4 tokens = 16; off: one 64-px tile (4x4 patches merged 2x2) = 4 each.
+# - Cohere2-Vision (Command A Vision): 64x48, 48x64 and 50x50 px make 2x2 tiles of 32 px plus a
+#   thumbnail (5 tiles of 4 = 20), 160x48 px a 5x2 grid plus a thumbnail (44); off: one 32-px tile
+#   (4x4 patches of 8 px, pixel-shuffled 2x2) = 4 each.
+TILED_COUNTS = {"ovis2": ([4, 4, 4, 16], 4), "cohere2_vision": ([20, 20, 20, 44], 20)}
+
+
+@pytest.mark.parametrize("arch", sorted(TILED_COUNTS))
+def test_a_tiling_processors_crops_are_turned_off(arch):
+    model, processor, adapter = tiny(arch)
     assert processor.image_processor.crop_to_patches
     call = resolve_image_inputs(processor, adapter)
     assert call.call_kwargs == {"crop_to_patches": False} and call.record["derived"]
     reqs = requests(TINY_ASPECTS + (WIDE,))
-    tiled_inputs, tiled, _ = encode("ovis2", reqs, protocol=False)
-    assert visual_token_counts(tiled) == [[4, 4, 4, 16], [4]]
-    forward_accepts("ovis2", tiled_inputs)
-    inputs, layouts, _ = encode("ovis2", reqs)
+    tiled_inputs, tiled, _ = encode(arch, reqs, protocol=False)
+    counts, alone = TILED_COUNTS[arch]
+    assert visual_token_counts(tiled) == [counts, [alone]]
+    forward_accepts(arch, tiled_inputs)
+    inputs, layouts, _ = encode(arch, reqs)
     assert visual_token_counts(layouts) == [[4, 4, 4, 4], [4]]
-    forward_accepts("ovis2", inputs)
-
-
-def test_command_a_visions_tiles_are_turned_off():
-    """Cohere2-Vision tiles by default (``crop_to_patches``): 64x48, 48x64 and 50x50 px each make
-    2x2 tiles of 32 px plus a thumbnail (5 tiles of 4 tokens = 20), 160x48 px a 5x2 grid plus a
-    thumbnail (44); the capture's call turns it off: one 32-px tile (4x4 patches of 8 px,
-    pixel-shuffled 2x2) = 4 tokens each."""
-    model, processor, adapter = tiny("cohere2_vision")
-    call = resolve_image_inputs(processor, adapter)
-    assert call.call_kwargs == {"crop_to_patches": False} and call.record["derived"]
-    reqs = requests(TINY_ASPECTS + (WIDE,))
-    tiled_inputs, tiled, _ = encode("cohere2_vision", reqs, protocol=False)
-    assert visual_token_counts(tiled) == [[20, 20, 20, 44], [20]]
-    forward_accepts("cohere2_vision", tiled_inputs)
-    inputs, layouts, _ = encode("cohere2_vision", reqs)
-    assert visual_token_counts(layouts) == [[4, 4, 4, 4], [4]]
-    forward_accepts("cohere2_vision", inputs)
+    forward_accepts(arch, inputs)
