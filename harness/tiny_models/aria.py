@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from transformers import AriaConfig, AriaForConditionalGeneration, AriaImageProcessor, AriaProcessor
 
-from .parts import TextSizes, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 IMAGE_TOKEN = "<|img|>"
@@ -88,10 +88,7 @@ def build_model(processor: AriaProcessor, sizes: TextSizes, seed: int, attn_impl
         text_config=text_config,
         vision_config={
             "model_type": "idefics3_vision",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "patch_size": PATCH_SIZE,
             "image_size": max(TOKENS_PER_CROP),
         },

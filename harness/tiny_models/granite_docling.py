@@ -27,7 +27,7 @@ from transformers import (
 )
 
 from .idefics3 import DESCRIPTION as IDEFICS3_DESCRIPTION
-from .parts import TextSizes, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 IMAGE_TOKEN = "<image>"
@@ -103,10 +103,7 @@ def build_model(processor: GraniteDoclingProcessor, sizes: TextSizes, seed: int,
             rope_parameters={"rope_type": "default", "rope_theta": 10_000.0},
         ),
         vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "image_size": TILE_SIZE,
             "patch_size": PATCH_SIZE,
             "scale_factor": SCALE_FACTOR,

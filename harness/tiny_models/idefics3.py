@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
 
-from .parts import TextSizes, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 IMAGE_TOKEN = "<image>"
@@ -67,10 +67,7 @@ def chat_template(bos_token: str) -> str:
 def idefics_vision_config(patch_size: int) -> dict:
     """Tiny SigLIP-style vision tower of 64x64 px tiles: 2 layers of width 32, 2 heads."""
     return {
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
+        **TINY_VISION_TOWER,
         "image_size": TILE_SIZE,
         "patch_size": patch_size,
     }

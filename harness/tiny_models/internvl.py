@@ -18,7 +18,7 @@ from transformers import (
     InternVLVideoProcessor,
 )
 
-from .parts import TextSizes, chatml_template, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, chatml_template, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 IMAGE_TOKEN = "<IMG_CONTEXT>"
@@ -76,8 +76,7 @@ def build_processor() -> InternVLProcessor:
 
 def internvl_vision_config() -> dict:
     """Tiny InternViT: 2 layers of width 32, 2 heads, on `TILE_SIZE`-px tiles of `PATCH_SIZE`-px patches."""
-    return {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
-            "image_size": [TILE_SIZE, TILE_SIZE], "patch_size": [PATCH_SIZE, PATCH_SIZE]}
+    return {**TINY_VISION_TOWER, "image_size": [TILE_SIZE, TILE_SIZE], "patch_size": [PATCH_SIZE, PATCH_SIZE]}
 
 
 def build_model(processor: InternVLProcessor, sizes: TextSizes, seed: int, attn_implementation: str):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from transformers import Lfm2VlConfig, Lfm2VlForConditionalGeneration, Lfm2VlImageProcessor, Lfm2VlProcessor
 
-from .parts import TextSizes, chatml_template, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, chatml_template, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 IMAGE_TOKEN = "<image>"
@@ -95,10 +95,7 @@ def build_model(processor: Lfm2VlProcessor, sizes: TextSizes, seed: int, attn_im
         },
         vision_config={
             "model_type": "siglip2_vision_model",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "patch_size": PATCH_SIZE,
             "num_patches": 256,
         },

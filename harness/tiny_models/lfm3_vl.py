@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from transformers import Lfm3VlConfig, Lfm3VlForConditionalGeneration, Lfm3VlProcessor, Qwen3VLVideoProcessor
 
-from .parts import TextSizes, chatml_template, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, chatml_template, instantiate
 from .qwen3_vl import DESCRIPTION as QWEN3_VL_DESCRIPTION
 from .qwen3_vl import IMAGE_TOKEN, MERGE_SIZE, PATCH_SIZE, VISION_MARKUP, qwen_image_processor, qwen_token_ids
 from .tokenizer import train_bpe_tokenizer
@@ -80,10 +80,7 @@ def build_model(processor: Lfm3VlProcessor, sizes: TextSizes, seed: int, attn_im
         text_config={"model_type": "lfm3",
                      **sizes.text_config(tokenizer, layer_types=layer_types(sizes.num_hidden_layers))},
         vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "num_key_value_heads": 1,
             "layer_types": ["conv", "full_attention"],
             "patch_size": PATCH_SIZE,

@@ -21,7 +21,7 @@ from transformers import (
     PixtralImageProcessor,
 )
 
-from .parts import TextSizes, chatml_template, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, chatml_template, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 IMAGE_TOKEN = "<|image_pad|>"
@@ -80,10 +80,7 @@ def build_model(processor: LightOnOcrProcessor, sizes: TextSizes, seed: int, att
         text_config={**text, "sliding_window": None},
         vision_config={
             "model_type": "pixtral",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "head_dim": 16,
             "hidden_act": "silu",
             "image_size": MAX_IMAGE_SIZE,

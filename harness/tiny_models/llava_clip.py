@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from transformers import CLIPImageProcessor, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
 
-from .parts import TextSizes, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, instantiate
 from .tokenizer import llama_style_tokenizer
 
 IMAGE_TOKEN = "<image>"
@@ -82,10 +82,7 @@ def clip_llava_config(config_class: type, tokenizer, sizes: TextSizes, **extra):
         },
         vision_config={
             "model_type": "clip_vision_model",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "image_size": IMAGE_SIZE,
             "patch_size": PATCH_SIZE,
             "projection_dim": 32,

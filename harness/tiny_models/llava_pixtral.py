@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from transformers import LlavaConfig, LlavaForConditionalGeneration, PixtralImageProcessor, PixtralProcessor
 
-from .parts import TextSizes, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, instantiate
 from .tokenizer import llama_style_tokenizer
 
 IMAGE_TOKEN = "[IMG]"
@@ -95,10 +95,7 @@ def pixtral_config(config_class: type, tokenizer, sizes: TextSizes, **extra):
         },
         vision_config={
             "model_type": "pixtral",
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "image_size": MAX_IMAGE_SIZE,
             "patch_size": PATCH_SIZE,
         },

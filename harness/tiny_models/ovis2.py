@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from transformers import Ovis2Config, Ovis2ForConditionalGeneration, Ovis2ImageProcessor, Ovis2Processor
 
-from .parts import TextSizes, chatml_template, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, chatml_template, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 IMAGE_TOKEN = "<IMG_ATOM>"
@@ -77,10 +77,7 @@ def build_model(processor: Ovis2Processor, sizes: TextSizes, seed: int, attn_imp
     config = Ovis2Config(
         text_config=sizes.typed_text_config("qwen2", tokenizer, rope_theta=1_000_000.0),
         vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "image_size": TILE_SIZE,
             "patch_size": PATCH_SIZE,
             "hidden_stride": HIDDEN_STRIDE,

@@ -22,7 +22,7 @@ from transformers import (
     PaddleOCRVLProcessor,
 )
 
-from .parts import TextSizes, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, instantiate
 from .qwen2_5_vl import DESCRIPTION as QWEN2_5_VL_DESCRIPTION
 from .qwen3_vl import mrope_text_config
 from .tokenizer import train_bpe_tokenizer
@@ -99,10 +99,7 @@ def build_model(processor: PaddleOCRVLProcessor, sizes: TextSizes, seed: int, at
     config = PaddleOCRVLConfig(
         text_config=mrope_text_config(processor, sizes, 500_000.0, spatial_share=24),
         vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "image_size": 2 * PATCH_SIZE * MERGE_SIZE,
             "patch_size": PATCH_SIZE,
             "spatial_merge_size": MERGE_SIZE,

@@ -97,14 +97,16 @@ def instantiate(model_class: type[PreTrainedModel], config, seed: int, attn_impl
     return model.to(torch.float32).eval()
 
 
+# The size every tiny vision tower takes (2 layers of width 32, 2 heads, MLP width 64), in the key
+# names most transformers vision configs use.
+TINY_VISION_TOWER = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2}
+
+
 def siglip_vision_config(image_size: int, patch_size: int) -> dict:
     """Tiny SigLIP vision tower (LLaVA-OneVision, Gemma 3): 2 layers of width 32, 2 heads, no head."""
     return {
         "model_type": "siglip_vision_model",
-        "hidden_size": 32,
-        "intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
+        **TINY_VISION_TOWER,
         "patch_size": patch_size,
         "image_size": image_size,
         "vision_use_head": False,

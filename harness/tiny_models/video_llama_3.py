@@ -20,7 +20,7 @@ from transformers import (
     VideoLlama3VideoProcessor,
 )
 
-from .parts import TextSizes, chatml_template, instantiate
+from .parts import TINY_VISION_TOWER, TextSizes, chatml_template, instantiate
 from .tokenizer import train_bpe_tokenizer
 
 __all__ = ["DESCRIPTION", "IMAGE_TOKEN", "build_model", "build_processor"]
@@ -72,10 +72,7 @@ def build_model(processor: VideoLlama3Processor, sizes: TextSizes, seed: int, at
     config = VideoLlama3Config(
         text_config=sizes.typed_text_config("qwen2", tokenizer, rope_theta=1_000_000.0),
         vision_config={
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
+            **TINY_VISION_TOWER,
             "patch_size": PATCH_SIZE,
         },
         image_token_id=tokenizer.convert_tokens_to_ids(IMAGE_TOKEN),
